@@ -1,4 +1,124 @@
+// `cloudtune fit` and `cloudtune predict` (DESIGN §5): fit the throughput model to trace CSVs, and
+// predict the step time of every configuration of a trace from a fitted model.
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
 #include "cli/commands.h"
+#include "estimator/error.h"
+#include "estimator/throughput.h"
+#include "estimator/trace.h"
+
 namespace cloudtune::cli {
-void RegisterFitCommands(CLI::App&) {}
+namespace {
+
+struct FitArgs {
+  std::vector<std::string> traces;
+  std::string output;
+  estimator::ThroughputFitOptions options;
+};
+
+struct PredictArgs {
+  std::string model;
+  std::vector<std::string> traces;
+};
+
+estimator::ThroughputModel ReadModel(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) throw InputError(path + ": cannot open");
+  std::stringstream buf;
+  buf << f.rdbuf();
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(buf.str());
+  } catch (const nlohmann::json::parse_error& e) {
+    throw InputError(path + ": not valid JSON (" + std::string(e.what()) + ")");
+  }
+  return estimator::ThroughputModel::FromJson(j, path);
+}
+
+void RunFit(const FitArgs& a) {
+  std::string err;
+  if (!a.options.IsValid(&err)) throw InputError("fit: " + err);
+  const auto data = estimator::ReadTraces(a.traces);
+  const auto model = estimator::FitThroughput(data, a.options);
+  WriteFileAtomically(a.output, model.ToJson().dump(2) + "\n");
+  const auto& s = model.stats();
+  std::cerr << "cloudtune fit: " << s.configurations << " configurations, " << s.iterations
+            << " iterations, " << std::setprecision(3) << s.seconds * 1e3
+            << " ms, in-sample step-time error " << 100 * s.mape_step << "% -> " << a.output
+            << "\n";
+}
+
+void RunPredict(const PredictArgs& a) {
+  const auto model = ReadModel(a.model);
+  const auto data = estimator::ReadTraces(a.traces);
+  std::ostringstream out;
+  out << "num_nodes,num_replicas,local_bsz,accum_steps,predicted_step_time,"
+         "predicted_compute_time,predicted_sync_time,predicted_throughput,log_sigma,step_time,"
+         "sync_time,instance_type\n";
+  out << std::setprecision(9);
+  for (const auto& m : data) {
+    const auto p = model.Predict(m.key, m.max_gpus_per_node);
+    out << m.key.num_nodes << "," << m.key.num_replicas << "," << m.key.local_bsz << ","
+        << m.key.accum_steps << "," << p.step_time << "," << p.compute_time << ","
+        << p.sync_time << "," << p.throughput << "," << p.log_sigma << "," << m.step_time << ","
+        << m.sync_time << "," << m.key.instance_type << "\n";
+  }
+  std::cout << out.str();
+}
+
+}  // namespace
+
+void RegisterFitCommands(CLI::App& app) {
+  auto fa = std::make_shared<FitArgs>();
+  CLI::App* fit = app.add_subcommand(
+      "fit",
+      "Fit the throughput model (compute, all-reduce and step time per configuration) to trace "
+      "CSVs and write it as JSON");
+  fit->add_option("traces", fa->traces,
+                  "Trace CSVs (placement,local_bsz,step_time,sync_time or "
+                  "num_nodes,num_replicas,local_bsz,step_time,sync_time; optional accum_steps, "
+                  "instance_type); rows of the same configuration are averaged")
+      ->required();
+  fit->add_option("-o,--output", fa->output, "Model JSON to write (written atomically)")
+      ->required();
+  fit->add_option("--obs-sigma", fa->options.obs_sigma,
+                  "Assumed std. dev. of log(time) of one measurement")
+      ->capture_default_str();
+  fit->add_option("--huber", fa->options.huber_k,
+                  "Huber threshold in units of --obs-sigma (0 = least squares)")
+      ->capture_default_str();
+  fit->add_option("--compute-weight", fa->options.compute_weight,
+                  "Weight of the compute-time residuals relative to step time")
+      ->capture_default_str();
+  fit->add_option("--prior-scale", fa->options.prior_scale,
+                  "Multiplies the priors' std. devs. (larger = weaker priors)")
+      ->capture_default_str();
+  fit->add_option("--node-effect-sigma", fa->options.node_effect_sigma,
+                  "Prior std. dev. of the per-node-count all-reduce effects (log scale)")
+      ->capture_default_str();
+  fit->add_option("--placement-effect-sigma", fa->options.placement_effect_sigma,
+                  "Prior std. dev. of the per-(num_nodes, num_replicas) all-reduce effects (log scale)")
+      ->capture_default_str();
+  fit->add_option("--batch-effect-sigma", fa->options.batch_effect_sigma,
+                  "Prior std. dev. of the per-batch-size compute effects (log scale)")
+      ->capture_default_str();
+  fit->callback([fa] { RunFit(*fa); });
+
+  auto pa = std::make_shared<PredictArgs>();
+  CLI::App* predict = app.add_subcommand(
+      "predict",
+      "Predict step, compute and sync time of every configuration in trace CSVs from a fitted "
+      "model; prints CSV on stdout");
+  predict->add_option("model", pa->model, "Model JSON written by `cloudtune fit`")->required();
+  predict->add_option("traces", pa->traces, "Trace CSVs whose configurations to predict")
+      ->required();
+  predict->callback([pa] { RunPredict(*pa); });
+}
+
 }  // namespace cloudtune::cli

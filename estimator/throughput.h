@@ -6,8 +6,25 @@
 //   ThroughputModel m = FitThroughput(measurements, opts);
 //   StepPrediction p = m.Predict(key, gpus_per_node);
 //   nlohmann::json j = m.ToJson();  ThroughputModel m2 = ThroughputModel::FromJson(j, "name");
+//
+// Model form (b = local batch, s = accum_steps, R = replicas, N = nodes, g = R/N):
+//   compute     T_c = (alpha_c + beta_c * b * (b / b_ref)^(kappa - 1)) * exp(batch_effect[b])
+//                     (kappa < 1: the GPU is under-used at small b; kappa > 1: super-linear)
+//   all-reduce  T_n = 0                                               R = 1
+//                   = alpha_l + beta_l * (R - 2)                      N = 1, R >= 2 (one machine)
+//                   = (alpha_n + beta_n * log(R / 2) + delta_n * (g - 1) / (N - 1))
+//                     * exp(node_effect[N] + placement_effect[N, R])          N >= 2
+//   overlap     T   = (T_c^gamma + T_n^gamma)^(1/gamma)               gamma >= 1
+//   step        T_step = s * T_c + T;  exposed sync = T - T_c;  compute = (s + 1) * T_c.
+// batch_effect[b], node_effect[N] and placement_effect[N, R] are random effects (one per batch
+// size, node count and (N, R) pair seen in the data, shrunk towards 0 by a prior): they absorb
+// what the smooth form misses (kernel choices at some batch sizes, network topology at some node
+// counts and placements); unseen values use 0 and the prior's variance. Fitted on log(step time) of every configuration and log(compute
+// time) per batch size, with a Huber loss, weak log-normal priors (so that parameters the data
+// cannot identify stay sensible) and bounds.
 #pragma once
 
+#include <array>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -27,20 +44,121 @@ struct StepPrediction {
   double log_sigma = 0;
 };
 
+// The model's core parameters, in this order everywhere (JSON, covariance, identified flags);
+// per-node-count and per-batch-size effects follow them in theta() and the covariance.
+enum ThroughputParam : int {
+  kAlphaC = 0,  // s         compute time of a micro-step independent of the batch
+  kBetaC,       // s/sample  compute time per sample at b = b_ref
+  kKappa,       // 1         exponent of the batch term (1 = linear)
+  kAlphaL,      // s         all-reduce time of 2 replicas on one machine
+  kBetaL,       // s         extra all-reduce time per additional replica on one machine
+  kAlphaN,      // s         all-reduce time of 2 replicas over the network
+  kBetaN,       // s         all-reduce time growth with log(R/2) over the network
+  kDeltaN,      // s         extra all-reduce time per additional GPU sharing a NIC (at N = 2)
+  kGamma,       // 1         overlap of compute and all-reduce (1 = none, large = full)
+  kNumThroughputParams
+};
+// The core parameters' names (as in MODEL.json) and units.
+const char* ThroughputParamName(int i);
+const char* ThroughputParamUnit(int i);
+
 struct ThroughputFitOptions {
-  // ... documented fields with in-class defaults (owned by the throughput implementation)
+  // Assumed standard deviation of log(time) of one configuration's measurement. Weighs the data
+  // against the priors (larger = priors matter more). Must be > 0.
+  double obs_sigma = 0.05;
+  // Huber threshold in units of obs_sigma: residuals beyond it count linearly (robust to
+  // outliers). 0 = plain least squares. Must be >= 0.
+  double huber_k = 1.5;
+  // Weight of the log(compute time) residuals relative to the log(step time) ones (the traces give
+  // both; compute time pins T_c down). 0 = fit step time only. Must be >= 0.
+  double compute_weight = 1.0;
+  // Multiplies the standard deviations of every prior (larger = weaker priors). Must be > 0.
+  double prior_scale = 1.0;
+  // Prior standard deviation of each per-node-count effect (log multiplier of the all-reduce
+  // time) and of each per-batch-size effect (log multiplier of the compute time). Smaller =
+  // closer to the smooth form. Must be > 0.
+  double node_effect_sigma = 0.1;
+  double placement_effect_sigma = 0.1;
+  double batch_effect_sigma = 0.1;
+  // Posterior/prior variance ratio below which a parameter counts as identified by the data.
+  // Must be in (0, 1).
+  double identified_ratio = 0.25;
+  // Levenberg-Marquardt iteration cap and relative cost tolerance. max_iterations >= 1,
+  // function_tolerance > 0.
+  int max_iterations = 200;
+  double function_tolerance = 1e-12;
+  // Compute the parameter covariance (for log_sigma and identified flags).
+  bool compute_uncertainty = true;
+
   bool IsValid(std::string* error) const;
+};
+
+// What the fit did.
+struct ThroughputFitStats {
+  int configurations = 0;        // configurations fitted
+  int residuals = 0;             // data residuals (step per configuration + compute per batch)
+  int iterations = 0;            // solver iterations
+  double seconds = 0;            // wall time of the fit
+  double initial_cost = 0;       // Ceres cost at the start and the end
+  double final_cost = 0;
+  double rms_log_step = 0;       // RMS of log(predicted/measured step time) on the fitted data
+  double mape_step = 0;          // mean |predicted - measured| / measured step time (fitted data)
+  double max_ape_step = 0;       // worst of the above
+  std::string termination;       // Ceres termination type
 };
 
 class ThroughputModel {
  public:
   // gpus_per_node: GPUs per machine of the configuration (0 = unknown: assume the replicas are
-  // spread evenly over num_nodes).
+  // spread evenly over num_nodes). Used only when key.num_nodes < 1 (num_nodes is then derived
+  // as ceil(num_replicas / gpus_per_node)).
   StepPrediction Predict(const ConfigKey& key, int gpus_per_node = 0) const;
   nlohmann::json ToJson() const;
   // Throws cloudtune::InputError naming `source` and the field on a malformed or foreign model.
   static ThroughputModel FromJson(const nlohmann::json& j, const std::string& source);
-  // (parameters, identified flags, fit statistics: owned by the throughput implementation)
+
+  // Parameter value in its natural unit (see ThroughputParam).
+  double param(int i) const;
+  // Whether the data identified parameter i (false: it rests on its prior).
+  bool identified(int i) const { return identified_.at(i); }
+  // Posterior standard deviation of the parameter, relative for positive parameters (log scale),
+  // absolute for kappa and gamma.
+  double param_sigma(int i) const;
+  double b_ref() const { return b_ref_; }
+  // Scatter of a single configuration's log(step time) around the model (used in log_sigma).
+  double noise_sigma() const { return noise_sigma_; }
+  const ThroughputFitStats& stats() const { return stats_; }
+
+  // Per-value effects (log multipliers; 0 for values the fit did not see).
+  double node_effect(int num_nodes) const;
+  double placement_effect(int num_nodes, int num_replicas) const;
+  double batch_effect(int local_bsz) const;
+  const std::vector<int>& node_counts() const { return node_counts_; }
+  const std::vector<std::pair<int, int>>& placements() const { return placements_; }
+  const std::vector<int>& batch_sizes() const { return batch_sizes_; }
+
+  // Internal representation: theta = [core | node | placement | batch effects]; core[i] = log(value)
+  // for positive parameters, value for kappa and gamma. covariance_ is theta's, row-major.
+  const std::vector<double>& theta() const { return theta_; }
+
+ private:
+  friend ThroughputModel FitThroughput(const std::vector<Measurement>&,
+                                       const ThroughputFitOptions&);
+  int NodeIndex(int num_nodes) const;  // index into theta_, -1 if unseen
+  int PlaceIndex(int num_nodes, int num_replicas) const;
+  int BatchIndex(int local_bsz) const;
+  std::vector<double> theta_;
+  std::vector<double> covariance_;
+  std::vector<bool> identified_;
+  std::vector<int> node_counts_;  // sorted node counts (>= 2) with an effect
+  std::vector<std::pair<int, int>> placements_;  // sorted (N, R), N >= 2, with an effect
+  std::vector<int> batch_sizes_;  // sorted batch sizes with an effect
+  double b_ref_ = 1;
+  double noise_sigma_ = 0.05;
+  double node_effect_sigma_ = 0.1;   // prior std of an unseen node count's effect
+  double placement_effect_sigma_ = 0.1;
+  double batch_effect_sigma_ = 0.1;  // prior std of an unseen batch size's effect
+  ThroughputFitStats stats_;
 };
 
 // Fits the model. Deterministic for the same input. Never throws on degenerate input (one

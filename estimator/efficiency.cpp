@@ -1,0 +1,674 @@
+#include "estimator/efficiency.h"
+
+#include <ceres/ceres.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <istream>
+#include <limits>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <stdexcept>
+
+#include "estimator/error.h"
+
+namespace cloudtune::estimator {
+
+namespace {
+
+constexpr const char* kSchema = "cloudtune.efficiency_model/1";
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// log r(P, s) - rho0 for drift d and exponent gamma: -log(exp(-d) + (1 - exp(-d)) * s^-gamma).
+template <typename T>
+T LogRatioOffset(const T& d, double s, const T& gamma) {
+  using std::exp;
+  using std::log;
+  T e = exp(-d);
+  return -log(e + (T(1.0) - e) * exp(-gamma * std::log(s)));
+}
+double LogRatioOffset(double d, double s, double gamma) {
+  return LogRatioOffset<double>(d, s, gamma);
+}
+
+struct ObsResidual {
+  ObsResidual(double log_r, double s, double w, double sigma)
+      : log_r(log_r), s(s), w(w), sigma(sigma) {}
+  template <typename T>
+  bool operator()(const T* rho_a, const T* rho_b, const T* d_a, const T* d_b, const T* g,
+                  T* res) const {
+    T rho = (1.0 - w) * rho_a[0] + w * rho_b[0];
+    T d = (1.0 - w) * d_a[0] + w * d_b[0];
+    res[0] = (T(log_r) - rho - LogRatioOffset(d, s, g[0])) / sigma;
+    return true;
+  }
+  double log_r, s, w, sigma;
+};
+
+// Same, for an observation that falls on one knot (or beyond the ends).
+struct ObsResidual1 {
+  ObsResidual1(double log_r, double s, double sigma) : log_r(log_r), s(s), sigma(sigma) {}
+  template <typename T>
+  bool operator()(const T* rho, const T* d, const T* g, T* res) const {
+    res[0] = (T(log_r) - rho[0] - LogRatioOffset(d[0], s, g[0])) / sigma;
+    return true;
+  }
+  double log_r, s, sigma;
+};
+
+struct DiffResidual {
+  explicit DiffResidual(double sigma) : sigma(sigma) {}
+  template <typename T>
+  bool operator()(const T* a, const T* b, T* res) const {
+    res[0] = (b[0] - a[0]) / sigma;
+    return true;
+  }
+  double sigma;
+};
+
+struct PriorResidual {
+  PriorResidual(double mean, double sigma) : mean(mean), sigma(sigma) {}
+  template <typename T>
+  bool operator()(const T* a, T* res) const {
+    res[0] = (a[0] - mean) / sigma;
+    return true;
+  }
+  double mean, sigma;
+};
+
+// Position of `p` among sorted knot progresses: index j and weight w towards j + 1.
+void Locate(const std::vector<double>& kp, double p, size_t* j, double* w) {
+  if (kp.size() == 1 || p <= kp.front()) {
+    *j = 0;
+    *w = 0;
+    return;
+  }
+  if (p >= kp.back()) {
+    *j = kp.size() - 1;
+    *w = 0;
+    return;
+  }
+  size_t hi = std::upper_bound(kp.begin(), kp.end(), p) - kp.begin();
+  *j = hi - 1;
+  *w = (p - kp[*j]) / (kp[hi] - kp[*j]);
+}
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+[[noreturn]] void Bad(const std::string& source, const std::string& what) {
+  throw InputError(source + ": " + what);
+}
+
+std::string Trim(const std::string& s) {
+  size_t b = s.find_first_not_of(" \t\r\n");
+  if (b == std::string::npos) return "";
+  size_t e = s.find_last_not_of(" \t\r\n");
+  return s.substr(b, e - b + 1);
+}
+
+std::vector<std::string> SplitCsv(const std::string& line) {
+  std::vector<std::string> out;
+  std::string cur;
+  for (char c : line) {
+    if (c == ',') {
+      out.push_back(Trim(cur));
+      cur.clear();
+    } else {
+      cur += c;
+    }
+  }
+  out.push_back(Trim(cur));
+  return out;
+}
+
+[[noreturn]] void Fail(const std::string& name, int line, int col, const std::string& what) {
+  std::ostringstream os;
+  os << name << ":" << line;
+  if (col > 0) os << ":" << col;
+  os << ": " << what;
+  throw InputError(os.str());
+}
+
+// Same conventions as the trace reader: "FILE:LINE:COL: column: 'x' is not a finite number".
+double Number(const std::string& v, const std::string& name, int line, int col,
+              const std::string& column, bool allow_negative) {
+  if (v.empty()) Fail(name, line, col, column + ": empty value");
+  char* end = nullptr;
+  double d = std::strtod(v.c_str(), &end);
+  if (end != v.c_str() + v.size() || !std::isfinite(d))
+    Fail(name, line, col, column + ": '" + v + "' is not a finite number");
+  if (!allow_negative && d < 0) Fail(name, line, col, column + ": " + v + " is negative");
+  return d;
+}
+
+std::vector<NoiseObservation> ParseValidation(std::istream& f, const std::string& path,
+                                              double batch, double* max_progress) {
+  std::string line;
+  int lineno = 0;
+  std::vector<std::string> header;
+  while (std::getline(f, line)) {
+    ++lineno;
+    if (!Trim(line).empty()) {
+      header = SplitCsv(line);
+      break;
+    }
+  }
+  if (header.empty()) Fail(path, lineno > 0 ? lineno : 1, 0, "empty file (no header)");
+  const int header_line = lineno;
+  std::map<std::string, int> col;
+  for (size_t i = 0; i < header.size(); ++i) col[header[i]] = static_cast<int>(i);
+  auto need = [&](const char* c) {
+    auto it = col.find(c);
+    if (it == col.end()) Fail(path, header_line, 0, std::string("missing column '") + c + "'");
+    return it->second;
+  };
+  const int c_prog = need("progress"), c_iter = need("iteration"), c_sqr = need("grad_sqr"),
+            c_var = need("grad_var");
+  std::vector<NoiseObservation> v;
+  double maxp = 0;
+  double prev = 0;
+  while (std::getline(f, line)) {
+    ++lineno;
+    if (Trim(line).empty()) continue;
+    auto fs = SplitCsv(line);
+    if (fs.size() != header.size())
+      Fail(path, lineno, 0,
+           "expected " + std::to_string(header.size()) + " fields, found " +
+               std::to_string(fs.size()));
+    NoiseObservation o;
+    o.batch = batch;
+    const double p = Number(fs[c_prog], path, lineno, c_prog + 1, "progress", false);
+    if (p < prev)
+      Fail(path, lineno, c_prog + 1,
+           "progress: " + fs[c_prog] + " is less than the previous row's");
+    o.iteration = Number(fs[c_iter], path, lineno, c_iter + 1, "iteration", false);
+    o.grad_sqr = Number(fs[c_sqr], path, lineno, c_sqr + 1, "grad_sqr", true);
+    o.grad_var = Number(fs[c_var], path, lineno, c_var + 1, "grad_var", true);
+    o.progress = 0.5 * (prev + p);
+    prev = p;
+    maxp = std::max(maxp, p);
+    v.push_back(o);
+  }
+  if (v.empty()) Fail(path, header_line, 0, "no data rows after the header");
+  if (max_progress) *max_progress = maxp;
+  return v;
+}
+
+}  // namespace
+
+std::vector<NoiseObservation> ParseValidationTrace(std::istream& in, const std::string& name,
+                                                   double batch, double* max_progress) {
+  if (!(batch > 0) || !std::isfinite(batch)) throw InputError(name + ": batch must be positive");
+  return ParseValidation(in, name, batch, max_progress);
+}
+
+std::vector<NoiseObservation> ReadValidationTrace(const std::string& path, double batch,
+                                                  double* max_progress) {
+  std::ifstream f(path);
+  if (!f) throw InputError(path + ": cannot open");
+  return ParseValidationTrace(f, path, batch, max_progress);
+}
+
+double NoiseState::noise_scale() const {
+  if (grad_sqr <= 0) return kInf;
+  return base_batch * grad_var / grad_sqr;
+}
+
+double GainFromRatio(double r, double s) {
+  if (std::isinf(r)) return s;
+  return (r + 1.0) / (r / s + 1.0);
+}
+
+double Gain(const NoiseState& st, double batch) {
+  const double s = batch / st.base_batch;
+  if (st.grad_sqr <= 0) return st.grad_var > 0 ? s : 1.0;
+  return (st.grad_var + st.grad_sqr) / (st.grad_var / s + st.grad_sqr);
+}
+
+double Efficiency(const NoiseState& st, double batch) {
+  return Gain(st, batch) * st.base_batch / batch;
+}
+
+bool EfficiencyFitOptions::IsValid(std::string* error) const {
+  auto fail = [&](const std::string& m) {
+    if (error) *error = m;
+    return false;
+  };
+  if (!(base_batch >= 0) || !std::isfinite(base_batch))
+    return fail("base_batch must be >= 0 (0 = the smallest observed batch)");
+  if (max_knots < 1) return fail("max_knots must be >= 1");
+  if (max_observations < 2 * max_knots) return fail("max_observations must be >= 2 * max_knots");
+  if (!(obs_sigma > 0) || !std::isfinite(obs_sigma)) return fail("obs_sigma must be > 0");
+  if (!(smooth_sigma > 0) || !std::isfinite(smooth_sigma)) return fail("smooth_sigma must be > 0");
+  if (!(drift_prior_sigma > 0) || !std::isfinite(drift_prior_sigma))
+    return fail("drift_prior_sigma must be > 0");
+  if (!(max_drift > 0) || !std::isfinite(max_drift)) return fail("max_drift must be > 0");
+  if (!(drift_exponent >= 0.1 && drift_exponent <= 3))
+    return fail("drift_exponent must be in [0.1, 3]");
+  if (!(drift_exponent_sigma > 0) || !std::isfinite(drift_exponent_sigma))
+    return fail("drift_exponent_sigma must be > 0");
+  if (!(min_log_sigma >= 0) || !std::isfinite(min_log_sigma))
+    return fail("min_log_sigma must be >= 0");
+  if (!(extrapolation_sigma >= 0) || !std::isfinite(extrapolation_sigma))
+    return fail("extrapolation_sigma must be >= 0");
+  return true;
+}
+
+EfficiencyModel EfficiencyModel::FromNoise(const NoiseState& s) {
+  EfficiencyModel m;
+  m.base_batch_ = s.base_batch;
+  m.single_batch_ = true;
+  Knot k;
+  if (s.grad_sqr <= 0)
+    k.rho0 = s.grad_var > 0 ? std::log(std::numeric_limits<double>::max()) : -50.0;
+  else if (s.grad_var <= 0)
+    k.rho0 = -50.0;
+  else
+    k.rho0 = std::log(s.grad_var / s.grad_sqr);
+  m.knots_.push_back(k);
+  return m;
+}
+
+void EfficiencyModel::At(double progress, double* rho0, double* drift) const {
+  if (knots_.empty()) {
+    *rho0 = 0;
+    *drift = 0;
+    return;
+  }
+  if (knots_.size() == 1 || progress <= knots_.front().progress) {
+    *rho0 = knots_.front().rho0;
+    *drift = knots_.front().drift;
+    return;
+  }
+  if (progress >= knots_.back().progress) {
+    *rho0 = knots_.back().rho0;
+    *drift = knots_.back().drift;
+    return;
+  }
+  auto it = std::upper_bound(knots_.begin(), knots_.end(), progress,
+                             [](double p, const Knot& k) { return p < k.progress; });
+  const Knot& b = *it;
+  const Knot& a = *(it - 1);
+  const double w = (progress - a.progress) / (b.progress - a.progress);
+  *rho0 = (1 - w) * a.rho0 + w * b.rho0;
+  *drift = (1 - w) * a.drift + w * b.drift;
+}
+
+double EfficiencyModel::NoiseRatioAt(double batch, double progress) const {
+  double rho0, d;
+  At(progress, &rho0, &d);
+  return std::exp(rho0 + LogRatioOffset(d, batch / base_batch_, gamma_));
+}
+
+double EfficiencyModel::GainAt(double batch, double progress) const {
+  const double s = batch / base_batch_;
+  return GainFromRatio(NoiseRatioAt(batch, progress), s);
+}
+
+// Integral of dP / gain over [from, to], the noise ratio evaluated at batch min(s, cap_s) * B0.
+double EfficiencyModel::StepsAt(double batch, double from, double to, double cap_s) const {
+  if (!(to > from)) return 0;
+  const double s = batch / base_batch_;
+  const double s_noise = std::min(s, cap_s);
+  std::vector<double> cuts{from};
+  for (const Knot& k : knots_)
+    if (k.progress > from && k.progress < to) cuts.push_back(k.progress);
+  cuts.push_back(to);
+  auto inv_gain = [&](double p) {
+    double rho0, d;
+    At(p, &rho0, &d);
+    return 1.0 / GainFromRatio(std::exp(rho0 + LogRatioOffset(d, s_noise, gamma_)), s);
+  };
+  // Simpson on each piece: the integrand is smooth between knots.
+  constexpr int kSub = 8;
+  double steps = 0;
+  for (size_t i = 0; i + 1 < cuts.size(); ++i) {
+    const double a = cuts[i], b = cuts[i + 1], h = (b - a) / kSub;
+    double sum = inv_gain(a) + inv_gain(b);
+    for (int k = 1; k < kSub; ++k) sum += (k % 2 ? 4.0 : 2.0) * inv_gain(a + k * h);
+    steps += sum * h / 3.0;
+  }
+  return steps;
+}
+
+StepsPrediction EfficiencyModel::StepsToProgress(double batch, double from_progress,
+                                                 double to_progress) const {
+  if (!(batch > 0) || !std::isfinite(batch))
+    throw std::invalid_argument("StepsToProgress: batch must be positive");
+  StepsPrediction p;
+  p.steps = StepsAt(batch, from_progress, to_progress, kInf);
+  p.steps_plain = StepsAt(batch, from_progress, to_progress, 1.0);
+  const double cap = max_batch_ > 0 ? max_batch_ / base_batch_ : 1.0;
+  p.steps_no_extrapolation = StepsAt(batch, from_progress, to_progress, cap);
+  double extrap = 0;
+  if (p.steps > 0 && p.steps_no_extrapolation > 0)
+    extrap = extrapolation_sigma_ * std::abs(std::log(p.steps / p.steps_no_extrapolation));
+  // Noise of the fitted curves: the residual scatter averaged over the knots the path crosses,
+  // damped by how little the gain depends on the noise ratio at this batch.
+  const double s = batch / base_batch_;
+  const double sens = s > 1 ? 1.0 - 1.0 / std::sqrt(s) : 0.0;
+  const double noise =
+      residual_rms_ * sens / std::sqrt(std::max<double>(1.0, static_cast<double>(knots_.size())));
+  p.log_sigma = std::sqrt(min_log_sigma_ * min_log_sigma_ + extrap * extrap + noise * noise);
+  if (single_batch_ && s > 1) {
+    // The plain theory is known to over-predict at large batches: widen accordingly.
+    p.log_sigma = std::sqrt(p.log_sigma * p.log_sigma + std::pow(0.1 * std::log2(s), 2));
+  }
+  return p;
+}
+
+StepsPrediction EfficiencyModel::TimeToProgress(double batch, double from_progress,
+                                                double to_progress, double step_time) const {
+  StepsPrediction p = StepsToProgress(batch, from_progress, to_progress);
+  p.steps *= step_time;
+  p.steps_no_extrapolation *= step_time;
+  p.steps_plain *= step_time;
+  return p;
+}
+
+nlohmann::json EfficiencyModel::ToJson() const {
+  nlohmann::json j;
+  j["schema"] = kSchema;
+  j["form"] = "r(P,B) = exp(rho0(P)) / (exp(-drift(P)) + (1 - exp(-drift(P))) * (B/B0)^-gamma)";
+  j["base_batch"] = base_batch_;
+  j["single_batch"] = single_batch_;
+  j["gamma"] = gamma_;
+  j["gamma_fitted"] = gamma_fitted_;
+  j["max_observed_progress"] = max_progress_;
+  j["max_observed_batch"] = max_batch_;
+  j["observed_batches"] = batches_;
+  j["fit"] = {{"observations", n_obs_}, {"skipped", n_skipped_}, {"residual_rms", residual_rms_}};
+  j["uncertainty"] = {{"min_log_sigma", min_log_sigma_},
+                      {"extrapolation_sigma", extrapolation_sigma_}};
+  nlohmann::json ks = nlohmann::json::array();
+  for (const Knot& k : knots_)
+    ks.push_back({{"progress", k.progress}, {"rho0", k.rho0}, {"drift", k.drift}});
+  j["knots"] = ks;
+  return j;
+}
+
+EfficiencyModel EfficiencyModel::FromJson(const nlohmann::json& j, const std::string& source) {
+  if (!j.is_object()) Bad(source, "efficiency model: not a JSON object");
+  auto it = j.find("schema");
+  if (it == j.end() || !it->is_string())
+    Bad(source, "schema: missing (expected \"" + std::string(kSchema) + "\")");
+  if (it->get<std::string>() != kSchema)
+    Bad(source, "schema: '" + it->get<std::string>() + "' is not \"" + kSchema + "\"");
+  auto num = [&](const nlohmann::json& o, const char* key, const std::string& where) {
+    auto f = o.find(key);
+    if (f == o.end() || !f->is_number()) Bad(source, where + key + ": missing or not a number");
+    double v = f->get<double>();
+    if (!std::isfinite(v)) Bad(source, where + key + ": not finite");
+    return v;
+  };
+  EfficiencyModel m;
+  m.base_batch_ = num(j, "base_batch", "");
+  if (!(m.base_batch_ > 0)) Bad(source, "base_batch: must be positive");
+  auto sb = j.find("single_batch");
+  if (sb == j.end() || !sb->is_boolean()) Bad(source, "single_batch: missing or not a boolean");
+  m.single_batch_ = sb->get<bool>();
+  m.max_progress_ = num(j, "max_observed_progress", "");
+  m.gamma_ = num(j, "gamma", "");
+  if (!(m.gamma_ > 0)) Bad(source, "gamma: must be positive");
+  if (auto g = j.find("gamma_fitted"); g != j.end() && g->is_boolean())
+    m.gamma_fitted_ = g->get<bool>();
+  m.max_batch_ = num(j, "max_observed_batch", "");
+  if (auto ob = j.find("observed_batches"); ob != j.end() && ob->is_array())
+    for (const auto& b : *ob)
+      if (b.is_number()) m.batches_.push_back(b.get<double>());
+  if (auto f = j.find("fit"); f != j.end() && f->is_object()) {
+    m.n_obs_ = static_cast<int>(num(*f, "observations", "fit."));
+    m.n_skipped_ = static_cast<int>(num(*f, "skipped", "fit."));
+    m.residual_rms_ = num(*f, "residual_rms", "fit.");
+  }
+  if (auto u = j.find("uncertainty"); u != j.end() && u->is_object()) {
+    m.min_log_sigma_ = num(*u, "min_log_sigma", "uncertainty.");
+    m.extrapolation_sigma_ = num(*u, "extrapolation_sigma", "uncertainty.");
+  }
+  auto ks = j.find("knots");
+  if (ks == j.end() || !ks->is_array() || ks->empty())
+    Bad(source, "knots: missing or not a non-empty array");
+  for (size_t i = 0; i < ks->size(); ++i) {
+    const auto& o = (*ks)[i];
+    const std::string where = "knots[" + std::to_string(i) + "].";
+    if (!o.is_object()) Bad(source, where.substr(0, where.size() - 1) + ": not an object");
+    Knot k{num(o, "progress", where), num(o, "rho0", where), num(o, "drift", where)};
+    if (k.drift < 0) Bad(source, where + "drift: must be >= 0");
+    if (!m.knots_.empty() && k.progress <= m.knots_.back().progress)
+      Bad(source, where + "progress: knots must be in increasing progress");
+    m.knots_.push_back(k);
+  }
+  return m;
+}
+
+EfficiencyModel FitEfficiency(const std::vector<NoiseObservation>& obs,
+                              const EfficiencyFitOptions& options) {
+  std::string err;
+  if (!options.IsValid(&err)) throw InputError("efficiency fit options: " + err);
+  if (obs.empty()) throw InputError("efficiency fit: no observations");
+  struct Use {
+    double log_r, s, progress;
+  };
+  double b0 = options.base_batch;
+  double min_batch = kInf, max_batch = 0, max_progress = 0;
+  for (size_t i = 0; i < obs.size(); ++i) {
+    const auto& o = obs[i];
+    if (!(o.batch > 0) || !std::isfinite(o.batch))
+      throw InputError("efficiency fit: observation " + std::to_string(i) +
+                       ": batch must be positive and finite");
+    if (!(o.progress >= 0) || !std::isfinite(o.progress))
+      throw InputError("efficiency fit: observation " + std::to_string(i) +
+                       ": progress must be >= 0 and finite");
+    min_batch = std::min(min_batch, o.batch);
+    max_batch = std::max(max_batch, o.batch);
+    max_progress = std::max(max_progress, o.progress);
+  }
+  if (b0 == 0) b0 = min_batch;
+
+  EfficiencyModel m;
+  m.base_batch_ = b0;
+  m.max_batch_ = max_batch;
+  m.max_progress_ = max_progress;
+  m.min_log_sigma_ = options.min_log_sigma;
+  m.extrapolation_sigma_ = options.extrapolation_sigma;
+
+  std::vector<Use> use;
+  std::vector<double> batches;
+  for (const auto& o : obs) {
+    if (!(o.grad_sqr > 0) || !(o.grad_var > 0) || !std::isfinite(o.grad_sqr) ||
+        !std::isfinite(o.grad_var)) {
+      ++m.n_skipped_;
+      continue;
+    }
+    use.push_back({std::log(o.grad_var / o.grad_sqr), o.batch / b0, o.progress});
+    bool seen = false;
+    for (double b : batches) seen |= std::abs(b - o.batch) <= 1e-9 * o.batch;
+    if (!seen) batches.push_back(o.batch);
+  }
+  if (use.empty())
+    throw InputError("efficiency fit: no observation with positive grad_sqr and grad_var");
+  std::sort(batches.begin(), batches.end());
+  m.batches_ = batches;
+  m.n_obs_ = static_cast<int>(use.size());
+  m.single_batch_ = batches.size() < 2;
+
+  // Many observations (a live job's per-interval history): per batch, replace runs of
+  // neighbouring observations (in progress) by their median log r at their mean progress.
+  if (use.size() > static_cast<size_t>(options.max_observations)) {
+    std::vector<Use> binned;
+    const double keep = static_cast<double>(options.max_observations) / use.size();
+    for (double b : batches) {
+      std::vector<Use> mine;
+      for (const auto& u : use)
+        if (std::abs(u.s * b0 - b) <= 1e-9 * b) mine.push_back(u);
+      std::sort(mine.begin(), mine.end(),
+                [](const Use& x, const Use& y) { return x.progress < y.progress; });
+      const size_t bins = std::max<size_t>(1, static_cast<size_t>(std::lround(keep * mine.size())));
+      for (size_t k = 0; k < bins; ++k) {
+        const size_t lo = k * mine.size() / bins, hi = (k + 1) * mine.size() / bins;
+        if (hi <= lo) continue;
+        std::vector<double> lr;
+        double p = 0;
+        for (size_t i = lo; i < hi; ++i) {
+          lr.push_back(mine[i].log_r);
+          p += mine[i].progress;
+        }
+        binned.push_back({Median(lr), mine[lo].s, p / (hi - lo)});
+      }
+    }
+    use.swap(binned);
+  }
+
+  // Knots at quantiles of the observed progress, at most as many as the best-covered batch has
+  // observations (so every knot is supported by data).
+  std::vector<double> prog;
+  for (const auto& u : use) prog.push_back(u.progress);
+  std::sort(prog.begin(), prog.end());
+  size_t per_batch = 0;
+  for (double b : batches) {
+    size_t c = 0;
+    for (const auto& u : use) c += std::abs(u.s * b0 - b) <= 1e-9 * b;
+    per_batch = std::max(per_batch, c);
+  }
+  const size_t k_count =
+      std::max<size_t>(1, std::min<size_t>(static_cast<size_t>(options.max_knots), per_batch));
+  std::vector<double> kp;
+  for (size_t k = 0; k < k_count; ++k) {
+    const double q = k_count == 1 ? 0.5 : static_cast<double>(k) / (k_count - 1);
+    const double v = prog[static_cast<size_t>(std::lround(q * (prog.size() - 1)))];
+    if (kp.empty() || v > kp.back()) kp.push_back(v);
+  }
+  const size_t K = kp.size();
+
+  // Initial rho0 per knot: median log r of the smallest-batch observations nearest to it.
+  std::vector<double> rho(K), drift(K, m.single_batch_ ? 0.0 : 0.1);
+  {
+    std::vector<std::vector<double>> near(K);
+    for (const auto& u : use) {
+      if (std::abs(u.s * b0 - batches.front()) > 1e-9 * batches.front()) continue;
+      size_t j;
+      double w;
+      Locate(kp, u.progress, &j, &w);
+      near[w > 0.5 ? j + 1 : j].push_back(u.log_r);
+    }
+    std::vector<double> all;
+    for (const auto& u : use) all.push_back(u.log_r);
+    const double fallback = Median(all);
+    for (size_t k = 0; k < K; ++k) rho[k] = near[k].empty() ? fallback : Median(near[k]);
+  }
+
+  ceres::Problem problem;
+  double gamma = options.drift_exponent;
+  problem.AddParameterBlock(&gamma, 1);
+  problem.SetParameterLowerBound(&gamma, 0, 0.1);
+  problem.SetParameterUpperBound(&gamma, 0, 3.0);
+  m.gamma_fitted_ = !m.single_batch_ && options.fit_drift_exponent && batches.size() >= 3;
+  if (m.gamma_fitted_)
+    problem.AddResidualBlock(new ceres::AutoDiffCostFunction<PriorResidual, 1, 1>(new PriorResidual(
+                                 options.drift_exponent, options.drift_exponent_sigma)),
+                             nullptr, &gamma);
+  else
+    problem.SetParameterBlockConstant(&gamma);
+  for (size_t k = 0; k < K; ++k) {
+    problem.AddParameterBlock(&rho[k], 1);
+    problem.AddParameterBlock(&drift[k], 1);
+    problem.SetParameterLowerBound(&drift[k], 0, 0.0);
+    problem.SetParameterUpperBound(&drift[k], 0, options.max_drift);
+    if (m.single_batch_) problem.SetParameterBlockConstant(&drift[k]);
+  }
+  for (const auto& u : use) {
+    size_t j;
+    double w;
+    Locate(kp, u.progress, &j, &w);
+    auto* loss = new ceres::CauchyLoss(1.0);
+    if (w == 0) {
+      problem.AddResidualBlock(new ceres::AutoDiffCostFunction<ObsResidual1, 1, 1, 1, 1>(
+                                   new ObsResidual1(u.log_r, u.s, options.obs_sigma)),
+                               loss, &rho[j], &drift[j], &gamma);
+    } else {
+      problem.AddResidualBlock(new ceres::AutoDiffCostFunction<ObsResidual, 1, 1, 1, 1, 1, 1>(
+                                   new ObsResidual(u.log_r, u.s, w, options.obs_sigma)),
+                               loss, &rho[j], &rho[j + 1], &drift[j], &drift[j + 1], &gamma);
+    }
+  }
+  for (size_t k = 0; k + 1 < K; ++k) {
+    problem.AddResidualBlock(new ceres::AutoDiffCostFunction<DiffResidual, 1, 1, 1>(
+                                 new DiffResidual(options.smooth_sigma)),
+                             new ceres::CauchyLoss(1.0), &rho[k], &rho[k + 1]);
+    if (!m.single_batch_)
+      problem.AddResidualBlock(new ceres::AutoDiffCostFunction<DiffResidual, 1, 1, 1>(
+                                   new DiffResidual(options.smooth_sigma)),
+                               new ceres::CauchyLoss(1.0), &drift[k], &drift[k + 1]);
+  }
+  if (!m.single_batch_)
+    for (size_t k = 0; k < K; ++k)
+      problem.AddResidualBlock(new ceres::AutoDiffCostFunction<PriorResidual, 1, 1>(
+                                   new PriorResidual(0.0, options.drift_prior_sigma)),
+                               nullptr, &drift[k]);
+
+  ceres::Solver::Options so;
+  so.linear_solver_type = ceres::DENSE_QR;
+  so.max_num_iterations = 200;
+  so.num_threads = 1;
+  so.logging_type = ceres::SILENT;
+  so.minimizer_progress_to_stdout = false;
+  ceres::Solver::Summary summary;
+  ceres::Solve(so, &problem, &summary);
+
+  m.gamma_ = gamma;
+  for (size_t k = 0; k < K; ++k) m.knots_.push_back({kp[k], rho[k], drift[k]});
+
+  std::vector<double> abs_res;
+  for (const auto& u : use) {
+    double r0, d;
+    m.At(u.progress, &r0, &d);
+    abs_res.push_back(std::abs(u.log_r - r0 - LogRatioOffset(d, u.s, m.gamma_)));
+  }
+  m.residual_rms_ = 1.4826 * Median(abs_res);
+  return m;
+}
+
+// ---- ProgressAccount ------------------------------------------------------------------------
+
+double ProgressAccount::Advance(double steps, double batch, const NoiseState& noise) {
+  if (!(steps >= 0) || !(batch > 0))
+    throw std::invalid_argument("ProgressAccount::Advance: steps must be >= 0 and batch > 0");
+  if (std::abs(noise.base_batch - base_batch_) > 1e-9 * base_batch_)
+    throw std::invalid_argument("ProgressAccount::Advance: noise state has a different B0");
+  const double p = steps * Gain(noise, batch);
+  progress_ += p;
+  steps_ += steps;
+  samples_ += steps * batch;
+  segments_.push_back({batch, steps, p});
+  return p;
+}
+
+double ProgressAccount::Advance(double steps, double batch, const EfficiencyModel& model) {
+  if (!(steps >= 0) || !(batch > 0))
+    throw std::invalid_argument("ProgressAccount::Advance: steps must be >= 0 and batch > 0");
+  if (std::abs(model.base_batch() - base_batch_) > 1e-9 * base_batch_)
+    throw std::invalid_argument("ProgressAccount::Advance: model has a different B0");
+  // Midpoint (RK2) integration of dP/dstep = gain(batch, P), in at most 1000 chunks.
+  const double chunks = std::max(1.0, std::min(1000.0, std::ceil(steps)));
+  const double h = steps / chunks;
+  double p = progress_;
+  for (int i = 0; i < static_cast<int>(chunks); ++i) {
+    const double k1 = model.GainAt(batch, p);
+    p += h * model.GainAt(batch, p + 0.5 * h * k1);
+  }
+  const double added = p - progress_;
+  progress_ = p;
+  steps_ += steps;
+  samples_ += steps * batch;
+  segments_.push_back({batch, steps, added});
+  return added;
+}
+
+}  // namespace cloudtune::estimator

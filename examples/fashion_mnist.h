@@ -1,0 +1,144 @@
+// Shared by examples/train_fashion_mnist.cpp and bench/bench_overhead.cpp: the small CNN, the
+// Fashion-MNIST loader (decompresses the Debian package's .gz IDX files into a cache directory),
+// and one data-parallel training step.
+#pragma once
+
+#include <torch/torch.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <stdexcept>
+#include <string>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <vector>
+
+#include "plugin/cloudtune.h"
+
+namespace cloudtune::examples {
+
+// conv(1→16, 3x3) → ReLU → maxpool 2 → conv(16→32, 3x3) → ReLU → maxpool 2 → fc 1568→128 → fc 10.
+struct NetImpl : torch::nn::Module {
+  NetImpl()
+      : conv1(register_module("conv1",
+                              torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 16, 3).padding(1)))),
+        conv2(register_module("conv2",
+                              torch::nn::Conv2d(torch::nn::Conv2dOptions(16, 32, 3).padding(1)))),
+        fc1(register_module("fc1", torch::nn::Linear(32 * 7 * 7, 128))),
+        fc2(register_module("fc2", torch::nn::Linear(128, 10))) {}
+  torch::Tensor forward(torch::Tensor x) {
+    x = torch::max_pool2d(torch::relu(conv1->forward(x)), 2);
+    x = torch::max_pool2d(torch::relu(conv2->forward(x)), 2);
+    x = torch::relu(fc1->forward(x.flatten(1)));
+    return torch::log_softmax(fc2->forward(x), 1);
+  }
+  torch::nn::Conv2d conv1, conv2;
+  torch::nn::Linear fc1, fc2;
+};
+TORCH_MODULE(Net);
+
+// Decompresses SRC.gz to DST (write to a temporary, then rename: safe with concurrent workers).
+inline void Gunzip(const std::string& src, const std::string& dst) {
+  gzFile in = gzopen(src.c_str(), "rb");
+  if (!in) throw std::runtime_error("cannot open " + src);
+  const std::string tmp = dst + ".tmp." + std::to_string(::getpid());
+  FILE* out = std::fopen(tmp.c_str(), "wb");
+  if (!out) {
+    gzclose(in);
+    throw std::runtime_error("cannot write " + tmp);
+  }
+  std::vector<char> buf(1 << 16);
+  int n;
+  while ((n = gzread(in, buf.data(), static_cast<unsigned>(buf.size()))) > 0)
+    std::fwrite(buf.data(), 1, static_cast<size_t>(n), out);
+  const bool ok = n == 0 && std::fclose(out) == 0;
+  gzclose(in);
+  if (!ok || std::rename(tmp.c_str(), dst.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    throw std::runtime_error("cannot decompress " + src);
+  }
+}
+
+// Makes sure the four IDX files exist uncompressed in `cache` (taken from `source`, where they may
+// be plain or .gz) and returns `cache`.
+inline std::string PrepareFashionMnist(const std::string& source, const std::string& cache) {
+  namespace fs = std::filesystem;
+  fs::create_directories(cache);
+  for (const char* name : {"train-images-idx3-ubyte", "train-labels-idx1-ubyte",
+                           "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"}) {
+    const fs::path dst = fs::path(cache) / name;
+    if (fs::exists(dst)) continue;
+    const fs::path plain = fs::path(source) / name;
+    const fs::path gz = fs::path(source) / (std::string(name) + ".gz");
+    if (fs::exists(gz)) {
+      Gunzip(gz.string(), dst.string());
+    } else if (fs::exists(plain)) {
+      fs::copy_file(plain, dst, fs::copy_options::overwrite_existing);
+    } else {
+      throw std::runtime_error("Fashion-MNIST file " + gz.string() +
+                               " not found (Debian package dataset-fashion-mnist)");
+    }
+  }
+  return cache;
+}
+
+// Gradients of `net`'s parameters as views into one flat buffer with one extra element at the end
+// (the cloudtune slot): backward accumulates straight into it, and one all-reduce of the buffer
+// carries the gradients and the slot together.
+struct FlatGrads {
+  torch::Tensor flat;                // numel + 1 floats
+  std::vector<torch::Tensor> grads;  // views of flat, one per parameter
+  int64_t numel = 0;
+  explicit FlatGrads(torch::nn::Module& net) {
+    for (auto& p : net.parameters()) numel += p.numel();
+    flat = torch::zeros({numel + 1});
+    int64_t off = 0;
+    for (auto& p : net.parameters()) {
+      auto g = flat.narrow(0, off, p.numel()).view_as(p);
+      p.mutable_grad() = g;
+      grads.push_back(g);
+      off += p.numel();
+    }
+  }
+  torch::Tensor body() const { return flat.narrow(0, 0, numel); }
+};
+
+// One data-parallel optimizer step over `micro` micro-batches (gradient accumulation when > 1),
+// the gradients averaged over `pg` (null = single process). Returns the mean loss. The cloudtune
+// hooks are the lines marked [cloudtune]; `ct` is the process's plugin (cloudtune::Instance()).
+inline double TrainStep(Net& net, torch::optim::Optimizer& opt, FlatGrads& fg, torch::Tensor& accum,
+                        c10d::ProcessGroup* pg, int world_size,
+                        const std::vector<std::pair<torch::Tensor, torch::Tensor>>& micro,
+                        plugin::Plugin* ct) {
+  ct->StepBegin();  // [cloudtune]
+  double loss_sum = 0, slot = 0;
+  const bool accumulate = micro.size() > 1;
+  if (accumulate) {
+    if (!accum.defined()) accum = torch::zeros({fg.numel});
+    accum.zero_();
+  }
+  for (const auto& [x, y] : micro) {
+    fg.flat.zero_();
+    auto loss = torch::nll_loss(net->forward(x), y);
+    loss.backward();
+    loss_sum += loss.item<double>();
+    slot = ct->GradsLocal({fg.body()});  // [cloudtune] this micro-step's gradients
+    if (accumulate) accum.add_(fg.body());
+  }
+  if (accumulate) fg.body().copy_(accum).div_(static_cast<double>(micro.size()));
+  fg.flat[fg.numel] = slot;  // [cloudtune] the local squared norms ride in the all-reduce
+  if (pg && world_size > 1) {
+    std::vector<torch::Tensor> bufs{fg.flat};
+    ct->SyncBegin();  // [cloudtune]
+    pg->allreduce(bufs)->wait();
+    ct->SyncEnd();  // [cloudtune]
+    fg.flat.div_(world_size);
+  }
+  ct->GradsReduced({fg.body()}, fg.flat[fg.numel].item<double>());  // [cloudtune]
+  opt.step();
+  ct->StepEnd(micro.front().first.size(0), static_cast<int64_t>(micro.size()));  // [cloudtune]
+  return loss_sum / static_cast<double>(micro.size());
+}
+
+}  // namespace cloudtune::examples

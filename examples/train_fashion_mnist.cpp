@@ -1,0 +1,284 @@
+// Data-parallel training of a small CNN on Fashion-MNIST over a Gloo process group on 127.0.0.1,
+// with the cloudtune hooks wired in (lines marked [cloudtune], here and in fashion_mnist.h).
+//
+//   train_fashion_mnist --workers 2            # spawns 2 worker processes of itself
+//   RANK=r WORLD_SIZE=n MASTER_ADDR=127.0.0.1 MASTER_PORT=p train_fashion_mnist   # one worker
+//   CLOUDTUNE=1 train_fashion_mnist --workers 2                                   # tuner on
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdlib>
+#include <iostream>
+#include <map>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include "examples/fashion_mnist.h"
+
+namespace {
+
+struct Flags {
+  int workers = 0;  // > 0: spawn this many worker processes and wait for them
+  int epochs = 2;
+  int64_t steps = 0;  // stop after this many optimizer steps (0 = run all epochs)
+  int batch = 64;     // local batch per micro-step
+  int accum = 1;      // micro-steps per optimizer step
+  double lr = 0.05;
+  uint64_t seed = 1;
+  int threads = 1;
+  int log_every = 100;
+  int64_t test_limit = 0;  // score at most this many test samples per worker (0 = all)
+  std::string data = "/usr/share/datasets/fashion-mnist";
+  std::string cache;
+};
+
+int EnvInt(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? std::atoi(v) : fallback;
+}
+
+int FreePort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = 0;
+  socklen_t len = sizeof(a);
+  int port = 29500;
+  if (fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0)
+    port = ntohs(a.sin_port);
+  if (fd >= 0) ::close(fd);
+  return port;
+}
+
+// Spawns `n` copies of this program (without --workers) as ranks 0..n-1 and waits. If one fails,
+// the others are stopped. Returns the exit status.
+int Launch(int n, int argc, char** argv) {
+  std::vector<std::string> args;
+  for (int i = 0; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--workers") {
+      ++i;
+      continue;
+    }
+    if (a.rfind("--workers=", 0) == 0) continue;
+    args.push_back(a);
+  }
+  const std::string port =
+      std::getenv("MASTER_PORT") ? std::getenv("MASTER_PORT") : std::to_string(FreePort());
+  std::map<pid_t, int> ranks;
+  for (int r = 0; r < n; ++r) {
+    pid_t pid = ::fork();
+    if (pid == 0) {
+      ::setenv("RANK", std::to_string(r).c_str(), 1);
+      ::setenv("WORLD_SIZE", std::to_string(n).c_str(), 1);
+      ::setenv("MASTER_ADDR", "127.0.0.1", 0);
+      ::setenv("MASTER_PORT", port.c_str(), 1);
+      std::vector<char*> cargs;
+      for (auto& a : args) cargs.push_back(a.data());
+      cargs.push_back(nullptr);
+      ::execv("/proc/self/exe", cargs.data());
+      std::perror("execv");
+      std::_Exit(127);
+    }
+    if (pid < 0) {
+      std::perror("fork");
+      return 1;
+    }
+    ranks[pid] = r;
+  }
+  int rc = 0;
+  while (!ranks.empty()) {
+    int status = 0;
+    pid_t pid = ::wait(&status);
+    if (pid < 0) break;
+    auto it = ranks.find(pid);
+    if (it == ranks.end()) continue;
+    const int r = it->second;
+    ranks.erase(it);
+    const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    if (!ok && rc == 0) {
+      rc = 1;
+      std::cerr << "train_fashion_mnist: worker " << r << " failed ("
+                << (WIFSIGNALED(status) ? "signal " + std::to_string(WTERMSIG(status))
+                                        : "exit " + std::to_string(WEXITSTATUS(status)))
+                << "); stopping the others\n";
+      for (auto& [p, _] : ranks) ::kill(p, SIGTERM);
+    }
+  }
+  return rc;
+}
+
+int Worker(const Flags& f) {
+  using namespace cloudtune::examples;
+  const int rank = EnvInt("RANK", 0);
+  const int world = EnvInt("WORLD_SIZE", 1);
+  torch::set_num_threads(f.threads);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto log = [&](const std::string& s) {
+    if (rank == 0) std::cout << s << std::endl;
+  };
+
+  // Process group: a TCPStore served by rank 0, Gloo over loopback.
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> pg;
+  if (world > 1) {
+    c10d::TCPStoreOptions so;
+    so.port = static_cast<uint16_t>(EnvInt("MASTER_PORT", 29500));
+    so.isServer = rank == 0;
+    so.numWorkers = world;
+    so.timeout = std::chrono::seconds(120);
+    const char* addr = std::getenv("MASTER_ADDR");
+    auto store = c10::make_intrusive<c10d::TCPStore>(addr ? addr : "127.0.0.1", so);
+    auto opts = c10d::ProcessGroupGloo::Options::create(std::chrono::seconds(120));
+    opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+    pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, world, opts);
+  }
+
+  // Data: this worker's shard of the training set (every world-th sample).
+  std::string cache = f.cache;
+  if (cache.empty()) {
+    const char* tmp = std::getenv("TMPDIR");
+    cache = std::string(tmp && *tmp ? tmp : "/tmp") + "/cloudtune-fashion-mnist";
+  }
+  const std::string root = PrepareFashionMnist(f.data, cache);
+  torch::data::datasets::MNIST train(root, torch::data::datasets::MNIST::Mode::kTrain);
+  torch::data::datasets::MNIST test(root, torch::data::datasets::MNIST::Mode::kTest);
+  auto normalize = [](const torch::Tensor& x) { return (x - 0.2860) / 0.3530; };
+  auto shard = torch::arange(rank, train.images().size(0), world);
+  const torch::Tensor x_train = normalize(train.images().index_select(0, shard));
+  const torch::Tensor y_train = train.targets().index_select(0, shard);
+  auto tshard = torch::arange(rank, test.images().size(0), world);
+  const torch::Tensor x_test = normalize(test.images().index_select(0, tshard));
+  const torch::Tensor y_test = test.targets().index_select(0, tshard);
+
+  torch::manual_seed(f.seed);  // same initial weights on every rank
+  Net net;
+  if (pg) {
+    std::vector<torch::Tensor> ps;
+    for (auto& p : net->parameters()) ps.push_back(p.data());
+    for (auto& p : ps) {
+      std::vector<torch::Tensor> one{p};
+      pg->broadcast(one)->wait();
+    }
+  }
+  FlatGrads fg(*net);
+  torch::optim::SGD opt(net->parameters(), torch::optim::SGDOptions(f.lr).momentum(0.9));
+  torch::Tensor accum;
+
+  cloudtune::Init({rank, world, 0, f.batch, f.accum});    // [cloudtune]
+  cloudtune::plugin::Plugin* ct = cloudtune::Instance();  // [cloudtune]
+  cloudtune::plugin::Plugin off(cloudtune::service::Options{});
+  if (!ct) ct = &off;
+
+  log("train_fashion_mnist: " + std::to_string(world) + " worker(s), local batch " +
+      std::to_string(f.batch) + " x " + std::to_string(f.accum) + " micro-step(s), " +
+      std::to_string(x_train.size(0)) + " training samples per worker");
+  const int64_t n = x_train.size(0);
+  const int64_t per_step = static_cast<int64_t>(f.batch) * f.accum;
+  const int64_t steps_per_epoch = n / per_step;
+  int64_t step = 0;
+  bool stop = false;
+  for (int epoch = 1; epoch <= f.epochs && !stop; ++epoch) {
+    net->train();
+    auto gen = at::detail::createCPUGenerator(f.seed * 1000003 + epoch * 7919 + rank);
+    auto perm = torch::randperm(n, gen);
+    double loss_window = 0;
+    int window = 0;
+    auto window_start = std::chrono::steady_clock::now();
+    for (int64_t s = 0; s < steps_per_epoch; ++s) {
+      std::vector<std::pair<torch::Tensor, torch::Tensor>> micro;
+      for (int a = 0; a < f.accum; ++a) {
+        auto idx = perm.narrow(0, s * per_step + a * f.batch, f.batch);
+        micro.emplace_back(x_train.index_select(0, idx), y_train.index_select(0, idx));
+      }
+      loss_window += TrainStep(net, opt, fg, accum, pg.get(), world, micro, ct);
+      ++window;
+      ++step;
+      if (step % f.log_every == 0) {
+        const double dt =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - window_start).count();
+        char buf[160];
+        std::snprintf(buf, sizeof buf, "epoch %d step %lld  loss %.4f  %.0f samples/s", epoch,
+                      static_cast<long long>(step), loss_window / window,
+                      window * per_step * world / dt);
+        log(buf);
+        loss_window = 0;
+        window = 0;
+        window_start = std::chrono::steady_clock::now();
+      }
+      if (f.steps > 0 && step >= f.steps) {
+        stop = true;
+        break;
+      }
+    }
+    // Test accuracy: each rank scores its shard of the test set; one all-reduce of the counts.
+    torch::NoGradGuard no_grad;
+    net->eval();
+    double correct = 0;
+    const int64_t n_test =
+        f.test_limit > 0 ? std::min<int64_t>(f.test_limit, x_test.size(0)) : x_test.size(0);
+    for (int64_t i = 0; i < n_test; i += 1000) {
+      const int64_t len = std::min<int64_t>(1000, n_test - i);
+      auto pred = net->forward(x_test.narrow(0, i, len)).argmax(1);
+      correct += pred.eq(y_test.narrow(0, i, len)).sum().item<double>();
+    }
+    auto counts = torch::tensor({correct, static_cast<double>(n_test)}, torch::kDouble);
+    if (pg) {
+      std::vector<torch::Tensor> c{counts};
+      pg->allreduce(c)->wait();
+    }
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "epoch %d done: test accuracy %.4f (%.0f s)", epoch,
+                  counts[0].item<double>() / counts[1].item<double>(),
+                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    log(buf);
+  }
+  cloudtune::Shutdown();  // [cloudtune]
+  if (pg) {
+    std::vector<torch::Tensor> b{torch::zeros({1})};
+    pg->barrier()->wait();
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Flags f;
+  CLI::App app{"Data-parallel Fashion-MNIST training with the cloudtune hooks"};
+  app.add_option("--workers", f.workers,
+                 "spawn N worker processes on 127.0.0.1 (0 = be one worker)");
+  app.add_option("--epochs", f.epochs, "epochs over the training set");
+  app.add_option("--steps", f.steps, "stop after this many optimizer steps (0 = all epochs)");
+  app.add_option("--batch", f.batch, "local batch (samples per worker per micro-step)");
+  app.add_option("--accum", f.accum, "gradient-accumulation micro-steps per optimizer step");
+  app.add_option("--lr", f.lr, "SGD learning rate (momentum 0.9)");
+  app.add_option("--seed", f.seed, "random seed");
+  app.add_option("--threads", f.threads, "intra-op threads per worker");
+  app.add_option("--log-every", f.log_every, "steps between progress lines");
+  app.add_option("--test-limit", f.test_limit, "score at most N test samples per worker (0 = all)");
+  app.add_option("--data", f.data, "directory with the Fashion-MNIST IDX files (.gz or plain)");
+  app.add_option("--cache", f.cache,
+                 "where to decompress them (default $TMPDIR/cloudtune-fashion-mnist)");
+  CLI11_PARSE(app, argc, argv);
+  if (f.batch < 1 || f.accum < 1 || f.epochs < 1 || f.threads < 1 || f.log_every < 1 ||
+      f.workers < 0) {
+    std::cerr << "train_fashion_mnist: --batch, --accum, --epochs, --threads, --log-every must be "
+                 ">= 1 and --workers >= 0\n";
+    return 2;
+  }
+  if (f.workers > 0 && !std::getenv("RANK")) return Launch(f.workers, argc, argv);
+  try {
+    return Worker(f);
+  } catch (const std::exception& e) {
+    std::cerr << "train_fashion_mnist: rank " << EnvInt("RANK", 0) << ": " << e.what() << "\n";
+    return 1;
+  }
+}

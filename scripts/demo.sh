@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Command (1) of the README: install, build, and run the demo — Fashion-MNIST trained by 2 worker
+# processes over Gloo on 127.0.0.1 with the tuner on — then show where the sidecar is and what it says.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/install-deps.sh
+bash scripts/build.sh
+out="$PWD/demo-output"
+mkdir -p "$out"
+rm -f "$out"/cloudtune.*
+export CLOUDTUNE=1
+export CLOUDTUNE_SIDECAR="$out/cloudtune.sidecar.jsonl"
+export CLOUDTUNE_PROFILE="$out/cloudtune.profile.csv"
+export CLOUDTUNE_STATE="${CLOUDTUNE_STATE:-$out/cloudtune.state.json}"
+export CLOUDTUNE_REFIT_SECONDS="${CLOUDTUNE_REFIT_SECONDS:-10}"
+export CLOUDTUNE_TARGET_PROGRESS="${CLOUDTUNE_TARGET_PROGRESS:-20000}"
+build/bin/train_fashion_mnist --workers 2 --epochs "${DEMO_EPOCHS:-2}" --cache "$out/data"
+echo
+echo "== sidecar: $CLOUDTUNE_SIDECAR"
+echo "== profile: $CLOUDTUNE_PROFILE"
+python3 scripts/summarize_sidecar.py "$CLOUDTUNE_SIDECAR"

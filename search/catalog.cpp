@@ -1,0 +1,284 @@
+#include "search/catalog.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "estimator/error.h"
+
+namespace cloudtune::search {
+namespace detail {
+extern const char* const kDefaultInstancesCsv;
+extern const char* const kDefaultGpuSpecsCsv;
+}  // namespace detail
+
+namespace {
+
+std::string Trim(const std::string& s) {
+  size_t a = s.find_first_not_of(" \t\r\n");
+  if (a == std::string::npos) return "";
+  size_t b = s.find_last_not_of(" \t\r\n");
+  return s.substr(a, b - a + 1);
+}
+
+// Splits one CSV line (double-quoted fields may contain commas and "" escapes).
+std::vector<std::string> SplitCsv(const std::string& line) {
+  std::vector<std::string> out;
+  std::string cur;
+  bool quoted = false;
+  for (size_t i = 0; i < line.size(); ++i) {
+    char c = line[i];
+    if (quoted) {
+      if (c == '"' && i + 1 < line.size() && line[i + 1] == '"') {
+        cur += '"';
+        ++i;
+      } else if (c == '"') {
+        quoted = false;
+      } else {
+        cur += c;
+      }
+    } else if (c == '"') {
+      quoted = true;
+    } else if (c == ',') {
+      out.push_back(Trim(cur));
+      cur.clear();
+    } else {
+      cur += c;
+    }
+  }
+  out.push_back(Trim(cur));
+  return out;
+}
+
+// A CSV table read by header.
+struct Table {
+  std::string name;
+  std::map<std::string, size_t> cols;
+  std::vector<std::pair<int, std::vector<std::string>>> rows;  // (line, cells)
+};
+
+Table ReadTable(std::istream& in, const std::string& name) {
+  Table t;
+  t.name = name;
+  std::string line;
+  int lineno = 0;
+  bool header = false;
+  while (std::getline(in, line)) {
+    ++lineno;
+    if (Trim(line).empty() || Trim(line)[0] == '#') continue;
+    auto cells = SplitCsv(line);
+    if (!header) {
+      for (size_t i = 0; i < cells.size(); ++i) t.cols[cells[i]] = i;
+      header = true;
+      continue;
+    }
+    t.rows.emplace_back(lineno, std::move(cells));
+  }
+  if (!header) throw InputError(name + ": empty file (no header)");
+  return t;
+}
+
+struct Row {
+  const Table& t;
+  int line;
+  const std::vector<std::string>& cells;
+  std::string entry;  // entry name for messages
+
+  std::string Where(const std::string& field) const {
+    return t.name + ":" + std::to_string(line) + ": " + (entry.empty() ? "" : entry + ": ") +
+           field + ": ";
+  }
+  // Cell text ("" when the column or the cell is absent).
+  std::string Get(const std::string& col) const {
+    auto it = t.cols.find(col);
+    if (it == t.cols.end() || it->second >= cells.size()) return "";
+    return cells[it->second];
+  }
+  std::string Required(const std::string& col) const {
+    if (!t.cols.count(col)) throw InputError(t.name + ": missing column '" + col + "'");
+    std::string v = Get(col);
+    if (v.empty()) throw InputError(Where(col) + "missing value");
+    return v;
+  }
+  // Non-negative number, or `dflt` when empty.
+  double Number(const std::string& col, double dflt, bool required = false) const {
+    std::string v = required ? Required(col) : Get(col);
+    if (v.empty()) return dflt;
+    char* end = nullptr;
+    double x = std::strtod(v.c_str(), &end);
+    if (end == v.c_str() || *end != '\0' || !std::isfinite(x))
+      throw InputError(Where(col) + "'" + v + "' is not a number");
+    if (x < 0) throw InputError(Where(col) + "negative value " + v);
+    return x;
+  }
+};
+
+}  // namespace
+
+bool CatalogOptions::IsValid(std::string* error) const {
+  auto fail = [&](const std::string& m) {
+    if (error) *error = m;
+    return false;
+  };
+  if (!(default_revocation_per_hour >= 0) || !std::isfinite(default_revocation_per_hour))
+    return fail("default_revocation_per_hour must be >= 0");
+  if (!(default_network_gbps > 0) || !std::isfinite(default_network_gbps))
+    return fail("default_network_gbps must be > 0");
+  if (!(open_band_midpoint > 0.2 && open_band_midpoint < 1))
+    return fail("open_band_midpoint must be in (0.2, 1)");
+  return true;
+}
+
+int Catalog::Find(const std::string& name) const {
+  for (size_t i = 0; i < types.size(); ++i)
+    if (types[i].name == name) return static_cast<int>(i);
+  return -1;
+}
+
+const GpuSpec* Catalog::Gpu(const std::string& model) const {
+  auto it = gpus.find(model);
+  return it == gpus.end() ? nullptr : &it->second;
+}
+
+double RevocationRateFromMonthlyShare(double p) { return -std::log1p(-p) / 730.0; }
+
+double BandMidpoint(const std::string& band, const CatalogOptions& options,
+                    const std::string& where) {
+  if (band == "<5%") return 0.025;
+  if (band == "5-10%") return 0.075;
+  if (band == "10-15%") return 0.125;
+  if (band == "15-20%") return 0.175;
+  if (band == ">20%") return options.open_band_midpoint;
+  throw InputError(where + "unknown interruption band '" + band +
+                   "' (expected <5%, 5-10%, 10-15%, 15-20% or >20%)");
+}
+
+std::map<std::string, GpuSpec> ParseGpuSpecs(std::istream& in, const std::string& name) {
+  Table t = ReadTable(in, name);
+  std::map<std::string, GpuSpec> out;
+  for (const auto& [line, cells] : t.rows) {
+    Row r{t, line, cells, ""};
+    GpuSpec g;
+    g.model = r.Required("gpu_model");
+    r.entry = g.model;
+    if (out.count(g.model)) throw InputError(r.Where("gpu_model") + "duplicate GPU model");
+    g.fp32_tflops = r.Number("fp32_tflops", 0);
+    g.fp16_tflops = r.Number("fp16_tflops", 0);
+    double fp16nt = r.Number("fp16_nontensor_tflops", 0);
+    g.memory_gib = r.Number("memory_gib", 0);
+    g.memory_bandwidth_gbs = r.Number("memory_bandwidth_gbs", 0);
+    g.train_tflops = g.fp16_tflops > 0 ? g.fp16_tflops : (fp16nt > 0 ? fp16nt : g.fp32_tflops);
+    out[g.model] = g;
+  }
+  return out;
+}
+
+std::vector<InstanceType> ParseInstances(std::istream& in, const std::string& name,
+                                         const std::map<std::string, GpuSpec>& gpus,
+                                         const CatalogOptions& options) {
+  std::string err;
+  if (!options.IsValid(&err)) throw InputError("catalog options: " + err);
+  Table t = ReadTable(in, name);
+  for (const char* c :
+       {"cloud", "region", "instance_type", "gpu_model", "gpus", "ondemand_usd_per_hour"})
+    if (!t.cols.count(c)) throw InputError(name + ": missing column '" + std::string(c) + "'");
+  std::vector<InstanceType> out;
+  std::set<std::string> seen;
+  for (const auto& [line, cells] : t.rows) {
+    Row r{t, line, cells, ""};
+    InstanceType it;
+    it.name = r.Required("instance_type");
+    r.entry = it.name;
+    if (!seen.insert(it.name).second)
+      throw InputError(r.Where("instance_type") + "duplicate instance type");
+    it.cloud = r.Required("cloud");
+    it.region = r.Required("region");
+    it.gpu_model = r.Required("gpu_model");
+    if (!gpus.count(it.gpu_model))
+      throw InputError(r.Where("gpu_model") + "unknown GPU '" + it.gpu_model + "'");
+    double g = r.Number("gpus", 0, true);
+    if (g < 1 || g != std::floor(g))
+      throw InputError(r.Where("gpus") + "must be a positive integer, got " + r.Get("gpus"));
+    it.gpus = static_cast<int>(g);
+    it.gpu_memory_gib = r.Number("gpu_memory_gib", gpus.at(it.gpu_model).memory_gib);
+    it.vcpus = static_cast<int>(r.Number("vcpus", 0));
+    it.memory_gib = r.Number("memory_gib", 0);
+    it.network_gbps = r.Number("network_gbps", 0);
+    it.network_measured = it.network_gbps > 0;
+    if (!it.network_measured) it.network_gbps = options.default_network_gbps;
+    it.ondemand_per_hour = r.Number("ondemand_usd_per_hour", 0, true);
+    if (it.ondemand_per_hour <= 0)
+      throw InputError(r.Where("ondemand_usd_per_hour") + "price must be > 0");
+    it.spot_per_hour = r.Number("spot_usd_per_hour", -1);
+    std::string rate = r.Get("revocation_per_hour");
+    std::string band = r.Get("interruption_band");
+    if (!rate.empty()) {
+      it.revocation_per_hour = r.Number("revocation_per_hour", 0);
+      it.revocation_measured = true;
+      it.revocation_source = "catalog";
+    } else if (!band.empty()) {
+      it.revocation_per_hour =
+          RevocationRateFromMonthlyShare(BandMidpoint(band, options, r.Where("interruption_band")));
+      it.revocation_measured = true;
+      it.revocation_source = "spot-advisor " + band;
+    } else {
+      it.revocation_per_hour = options.default_revocation_per_hour;
+      it.revocation_source = "default";
+    }
+    out.push_back(std::move(it));
+  }
+  return out;
+}
+
+std::string DefaultCatalogSnapshot() {
+  return "embedded: data/catalog (derived from shared/data/catalog; AWS us-east-1 "
+         "skypilot-catalog@27f67dd + Spot Advisor bands 2025-06-28, GCP us-central1 Cyclenerd "
+         "2026-07-30, Azure eastus skypilot v6@098741e)";
+}
+
+const Catalog& DefaultCatalog() {
+  static const Catalog catalog = [] {
+    Catalog c;
+    std::istringstream gs(detail::kDefaultGpuSpecsCsv);
+    c.gpus = ParseGpuSpecs(gs, "<embedded gpu_specs.csv>");
+    std::istringstream is(detail::kDefaultInstancesCsv);
+    c.types = ParseInstances(is, "<embedded instances.csv>", c.gpus);
+    c.source = DefaultCatalogSnapshot();
+    return c;
+  }();
+  return catalog;
+}
+
+Catalog LoadCatalog(const std::string& path, const Catalog& base, bool extend,
+                    const CatalogOptions& options) {
+  std::ifstream f(path);
+  if (!f) throw InputError(path + ": cannot open");
+  auto rows = ParseInstances(f, path, base.gpus, options);
+  Catalog c = base;
+  if (!extend) c.types.clear();
+  for (auto& t : rows) {
+    int i = c.Find(t.name);
+    if (i >= 0)
+      c.types[i] = t;
+    else
+      c.types.push_back(t);
+  }
+  c.source = extend ? base.source + " + " + path : path;
+  return c;
+}
+
+Catalog ResolveCatalog(const std::string& path, const CatalogOptions& options) {
+  std::string p = path;
+  if (p.empty()) {
+    const char* env = std::getenv("CLOUDTUNE_CATALOG");
+    if (env) p = env;
+  }
+  if (p.empty()) return DefaultCatalog();
+  bool extend = p[0] == '+';
+  if (extend) p = p.substr(1);
+  return LoadCatalog(p, DefaultCatalog(), extend, options);
+}
+
+}  // namespace cloudtune::search

@@ -1,0 +1,101 @@
+// The instance catalog: GPU instance types with prices, spot revocation rates and GPU specs.
+//
+// A default catalog derived from ../shared/data/catalog (see data/catalog/README.md) is embedded
+// in the binary. A user catalog CSV (`--catalog FILE`, CLOUDTUNE_CATALOG) replaces or extends it.
+//
+// Catalog CSV (columns read by header, any order; one row per instance type):
+//   required: cloud, region, instance_type, gpu_model, gpus, ondemand_usd_per_hour
+//   optional: spot_usd_per_hour (empty = no spot offer), gpu_memory_gib, vcpus, memory_gib,
+//             network_gbps, revocation_per_hour, interruption_band ("<5%", "5-10%", "10-15%",
+//             "15-20%", ">20%": an AWS Spot Advisor band)
+// GPU spec CSV: gpu_model, fp32_tflops, fp16_tflops, fp16_nontensor_tflops, memory_gib,
+//   memory_bandwidth_gbs (all but gpu_model may be empty).
+#pragma once
+
+#include <iosfwd>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace cloudtune::search {
+
+// Defaults for values the data does not give. They are never presented as measured: each
+// InstanceType records whether its rate/bandwidth came from data or from these.
+struct CatalogOptions {
+  // Revocation rate per hour of a spot instance with no band (AWS) and of GCP/Azure spot VMs
+  // (neither publishes per-type data). 0.0025/h ~ 1.8% of instances revoked per month.
+  double default_revocation_per_hour = 0.0025;
+  // Network bandwidth (Gbps) assumed where the catalog has none (GCP, Azure).
+  double default_network_gbps = 10.0;
+  // Midpoint (share per month) used for the open-ended ">20%" band.
+  double open_band_midpoint = 0.30;
+  bool IsValid(std::string* error) const;
+};
+
+struct GpuSpec {
+  std::string model;
+  double fp32_tflops = 0;           // 0 = unknown
+  double fp16_tflops = 0;           // dense tensor-core FP16; 0 = unknown
+  double memory_gib = 0;            // 0 = unknown
+  double memory_bandwidth_gbs = 0;  // 0 = unknown
+  // Best-known training TFLOPS (fp16 tensor, else fp16 non-tensor, else fp32); 0 = unknown.
+  double train_tflops = 0;
+};
+
+struct InstanceType {
+  std::string cloud, region, name, gpu_model;
+  int gpus = 0;                      // GPUs per instance
+  double gpu_memory_gib = 0;         // per GPU; 0 = unknown
+  int vcpus = 0;                     // 0 = unknown
+  double memory_gib = 0;             // 0 = unknown
+  double network_gbps = 0;           // per instance
+  bool network_measured = false;     // false: network_gbps is CatalogOptions' default
+  double ondemand_per_hour = 0;      // USD per instance-hour
+  double spot_per_hour = -1;         // USD per instance-hour; < 0 = no spot offer
+  double revocation_per_hour = 0;    // spot revocation rate per instance (events per hour)
+  bool revocation_measured = false;  // true: from an explicit rate or a Spot Advisor band
+  std::string revocation_source;     // "spot-advisor <5%", "catalog", "default"
+  bool has_spot() const { return spot_per_hour >= 0; }
+};
+
+class Catalog {
+ public:
+  std::vector<InstanceType> types;
+  std::map<std::string, GpuSpec> gpus;  // by model name
+  std::string source;                   // where it came from (embedded snapshot or file paths)
+
+  // Index of the type named `name`, or -1.
+  int Find(const std::string& name) const;
+  const GpuSpec* Gpu(const std::string& model) const;
+};
+
+// Converts a monthly interrupted share p (0..1) into a constant hourly rate: -ln(1-p)/730.
+double RevocationRateFromMonthlyShare(double p);
+// Monthly share for a Spot Advisor band label (midpoint; ">20%" -> open_band_midpoint).
+// Throws cloudtune::InputError naming `where` for an unknown label.
+double BandMidpoint(const std::string& band, const CatalogOptions& options,
+                    const std::string& where);
+
+// Parses GPU specs. Throws cloudtune::InputError "NAME:LINE: MODEL: FIELD: what".
+std::map<std::string, GpuSpec> ParseGpuSpecs(std::istream& in, const std::string& name);
+
+// Parses instance rows against known GPU specs. Throws cloudtune::InputError
+// "NAME:LINE: TYPE: FIELD: what" on a missing column/value, a non-number, a negative price or
+// rate, a duplicate type, or an unknown GPU model.
+std::vector<InstanceType> ParseInstances(std::istream& in, const std::string& name,
+                                         const std::map<std::string, GpuSpec>& gpus,
+                                         const CatalogOptions& options = {});
+
+// The embedded default catalog.
+const Catalog& DefaultCatalog();
+std::string DefaultCatalogSnapshot();  // e.g. "shared/data/catalog 2026-11 ..."
+
+// Loads a user catalog file on top of `base`: extend = true replaces same-named types and adds new
+// ones; extend = false starts from an empty list (GPU specs are kept). Throws InputError.
+Catalog LoadCatalog(const std::string& path, const Catalog& base, bool extend,
+                    const CatalogOptions& options = {});
+// The catalog the CLI uses: DefaultCatalog(), then `path` if not empty, else $CLOUDTUNE_CATALOG if
+// set. A path prefixed with "+" extends the default; otherwise it replaces it.
+Catalog ResolveCatalog(const std::string& path, const CatalogOptions& options = {});
+
+}  // namespace cloudtune::search

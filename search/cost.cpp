@@ -1,0 +1,93 @@
+#include "search/cost.h"
+
+#include <cmath>
+#include <limits>
+
+namespace cloudtune::search {
+
+const char* PurchaseName(Purchase p) {
+  switch (p) {
+    case Purchase::kOnDemand:
+      return "on-demand";
+    case Purchase::kSpot:
+      return "spot";
+    case Purchase::kAnchor:
+      return "anchor";
+  }
+  return "?";
+}
+
+bool ParsePurchase(const std::string& s, Purchase* out) {
+  for (Purchase p : {Purchase::kOnDemand, Purchase::kSpot, Purchase::kAnchor})
+    if (s == PurchaseName(p)) {
+      *out = p;
+      return true;
+    }
+  return false;
+}
+
+bool CostOptions::IsValid(std::string* error) const {
+  auto ok = [](double x) { return std::isfinite(x) && x >= 0; };
+  const char* bad = nullptr;
+  if (!ok(restart_s))
+    bad = "restart_s must be >= 0";
+  else if (!(checkpoint_s > 0) || !std::isfinite(checkpoint_s))
+    bad = "checkpoint_s must be > 0";
+  else if (!(anchor_checkpoint_s > 0) || !std::isfinite(anchor_checkpoint_s))
+    bad = "anchor_checkpoint_s must be > 0";
+  else if (!ok(switch_s))
+    bad = "switch_s must be >= 0";
+  else if (!ok(batch_switch_s))
+    bad = "batch_switch_s must be >= 0";
+  if (bad && error) *error = bad;
+  return bad == nullptr;
+}
+
+double HourlyPrice(const InstanceType& t, int nodes, Purchase p) {
+  const double spot = t.has_spot() ? t.spot_per_hour : t.ondemand_per_hour;
+  switch (p) {
+    case Purchase::kOnDemand:
+      return nodes * t.ondemand_per_hour;
+    case Purchase::kSpot:
+      return nodes * spot;
+    case Purchase::kAnchor:
+      return t.ondemand_per_hour + (nodes - 1) * spot;
+  }
+  return 0;
+}
+
+double ClusterRevocationRate(const InstanceType& t, int nodes, Purchase p) {
+  if (!t.has_spot()) return 0;
+  switch (p) {
+    case Purchase::kOnDemand:
+      return 0;
+    case Purchase::kSpot:
+      return nodes * t.revocation_per_hour;
+    case Purchase::kAnchor:
+      return (nodes - 1) * t.revocation_per_hour;
+  }
+  return 0;
+}
+
+double YoungDalyInterval(double checkpoint_s, double rate_per_hour) {
+  if (rate_per_hour <= 0) return std::numeric_limits<double>::infinity();
+  return std::sqrt(2.0 * checkpoint_s * 3600.0 / rate_per_hour);
+}
+
+RunEstimate EstimateRun(double work_hours, double price_per_hour, double rate_per_hour,
+                        double checkpoint_s, double restart_s) {
+  RunEstimate r;
+  r.checkpoint_interval_s = YoungDalyInterval(checkpoint_s, rate_per_hour);
+  double overhead = 0;
+  if (rate_per_hour > 0) {
+    const double tau_h = r.checkpoint_interval_s / 3600.0;
+    overhead = (checkpoint_s / 3600.0) / tau_h + rate_per_hour * (restart_s / 3600.0 + tau_h / 2);
+  }
+  r.overhead = overhead;
+  r.hours = work_hours * (1 + overhead);
+  r.cost = r.hours * price_per_hour;
+  r.revocations = rate_per_hour * r.hours;
+  return r;
+}
+
+}  // namespace cloudtune::search

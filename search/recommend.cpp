@@ -1,0 +1,376 @@
+#include "search/recommend.h"
+
+#include <algorithm>
+#include <cmath>
+#include <iomanip>
+#include <memory>
+#include <set>
+#include <sstream>
+
+#include "estimator/error.h"
+
+namespace cloudtune::search {
+
+namespace {
+
+double NormCdf(double x) { return 0.5 * std::erfc(-x / std::sqrt(2.0)); }
+
+nlohmann::json ConfigJson(const Config& c) {
+  return {{"instance_type", c.type},          {"nodes", c.nodes},
+          {"gpus_per_node", c.gpus_per_node}, {"replicas", c.replicas()},
+          {"local_bsz", c.local_bsz},         {"accum_steps", c.accum_steps},
+          {"global_batch", c.global_batch()}, {"purchase", PurchaseName(c.purchase)}};
+}
+
+nlohmann::json Finite(double x) { return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(); }
+
+nlohmann::json EvalJson(const Evaluation& e) {
+  const double lo = std::exp(-e.log_sigma), hi = std::exp(e.log_sigma);
+  return {{"config", ConfigJson(e.config)},
+          {"description", e.config.ToString()},
+          {"step_time_s", Finite(e.step_time_s)},
+          {"throughput", Finite(e.throughput)},
+          {"steps", Finite(e.steps)},
+          {"goodput", Finite(e.goodput)},
+          {"price_per_hour", Finite(e.price_per_hour)},
+          {"hours", Finite(e.hours)},
+          {"hours_range", {Finite(e.hours * lo), Finite(e.hours * hi)}},
+          {"cost_usd", Finite(e.cost)},
+          {"cost_range", {Finite(e.cost * lo), Finite(e.cost * hi)}},
+          {"log_sigma", Finite(e.log_sigma)},
+          {"switch_s", e.switch_s},
+          {"expected_revocations", Finite(e.revocations)},
+          {"checkpoint_interval_s", Finite(e.checkpoint_interval_s)},
+          {"feasible", e.feasible}};
+}
+
+std::string Money(double x) {
+  std::ostringstream s;
+  s << "$" << std::fixed << std::setprecision(x < 10 ? 3 : 2) << x;
+  return s.str();
+}
+std::string Hours(double x) {
+  std::ostringstream s;
+  s << std::fixed << std::setprecision(x < 10 ? 3 : 2) << x << " h";
+  return s.str();
+}
+std::string Value(Goal g, double x) { return g == Goal::kCost ? Money(x) : Hours(x); }
+
+}  // namespace
+
+bool RecommendOptions::IsValid(std::string* error) const {
+  std::string sub;
+  auto fail = [&](const std::string& m) {
+    if (error) *error = m;
+    return false;
+  };
+  if (!space.IsValid(&sub)) return fail("space: " + sub);
+  if (!objective.IsValid(&sub)) return fail("objective: " + sub);
+  if (!cost.IsValid(&sub)) return fail("cost: " + sub);
+  if (!(target_progress >= 0) || !std::isfinite(target_progress))
+    return fail("target_progress must be >= 0");
+  if (!(current_progress >= 0) || !std::isfinite(current_progress))
+    return fail("current_progress must be >= 0");
+  if (!(hysteresis >= 0) || !(hysteresis < 1)) return fail("hysteresis must be in [0, 1)");
+  if (!(measure_s > 0) || !std::isfinite(measure_s)) return fail("measure_s must be > 0");
+  if (!(explore_ratio >= 0) || !std::isfinite(explore_ratio))
+    return fail("explore_ratio must be >= 0");
+  if (explore_candidates < 1) return fail("explore_candidates must be >= 1");
+  if (!(lcb_kappa >= 0)) return fail("lcb_kappa must be >= 0");
+  if (!(measured_sigma >= 0) || !(steps_sigma_floor >= 0))
+    return fail("measured_sigma and steps_sigma_floor must be >= 0");
+  return true;
+}
+
+const char* ActionName(Recommendation::Action a) {
+  switch (a) {
+    case Recommendation::Action::kKeep:
+      return "keep";
+    case Recommendation::Action::kSwitch:
+      return "switch";
+    case Recommendation::Action::kMeasure:
+      return "measure";
+  }
+  return "?";
+}
+
+double ExpectedImprovement(double incumbent, double median, double sigma) {
+  if (!(median > 0) || !std::isfinite(median) || !(incumbent > 0)) return 0;
+  if (sigma <= 1e-12) return std::max(0.0, incumbent - median);
+  const double d = std::log(incumbent / median) / sigma;
+  return incumbent * NormCdf(d) - median * std::exp(0.5 * sigma * sigma) * NormCdf(d - sigma);
+}
+
+ProfilePredictor::ProfilePredictor(const Catalog& catalog,
+                                   const std::vector<estimator::Measurement>& profile,
+                                   double measured_sigma)
+    : catalog_(catalog), measured_sigma_(measured_sigma) {
+  std::map<std::string, std::vector<estimator::Measurement>> by_type;
+  for (const auto& m : profile) {
+    by_type[m.key.instance_type].push_back(m);
+    measured_[m.key] = m.step_time;
+  }
+  size_t most = 0;
+  for (auto& [type, ms] : by_type) {
+    models_.emplace(type, estimator::FitThroughput(ms));
+    if (ms.size() > most) {
+      most = ms.size();
+      reference_ = type;
+    }
+  }
+}
+
+Estimate ProfilePredictor::StepTime(const InstanceType& t, const Config& c) const {
+  const estimator::ConfigKey key = c.Key();
+  auto m = measured_.find(key);
+  if (m != measured_.end()) return {m->second, measured_sigma_};
+  auto it = models_.find(t.name);
+  if (it != models_.end()) {
+    estimator::StepPrediction p = it->second.Predict(key, c.gpus_per_node);
+    return {p.step_time, std::max(p.log_sigma, measured_sigma_)};
+  }
+  if (reference_.empty()) return {0, 0};
+  const int ri = catalog_.Find(reference_);
+  if (ri < 0) return {0, 0};
+  estimator::ConfigKey rkey = key;
+  rkey.instance_type = reference_;
+  estimator::StepPrediction p = models_.at(reference_).Predict(rkey, c.gpus_per_node);
+  // Project per micro-step: sync happens once per optimizer step.
+  Estimate proj =
+      ProjectStepTime(catalog_, catalog_.types[ri], t, p.step_time, p.sync_time, c.nodes);
+  const double s = std::max(p.log_sigma, measured_sigma_);
+  return {proj.value, std::sqrt(s * s + proj.log_sigma * proj.log_sigma)};
+}
+
+Recommendation Decide(const SearchProblem& problem, const RecommendOptions& options,
+                      const std::function<bool(const Config&)>& measured) {
+  const Goal goal = problem.objective.goal;
+  SearchProblem p = problem;
+  p.keep_top = std::max(problem.keep_top, options.explore_candidates);
+  SearchResult sr = Search(p);
+  if (sr.top.empty() || !std::isfinite(sr.top[0].hours))
+    throw InputError("search: no candidate configuration could be evaluated");
+  Recommendation r;
+  r.goal = goal;
+  r.evaluated = sr.evaluated;
+  r.catalog_source = problem.catalog->source;
+  r.best = sr.top[0];
+  Evaluation chosen = r.best;
+  std::ostringstream why;
+  if (problem.current) {
+    r.has_current = true;
+    r.current = Evaluate(problem, *problem.current);
+  }
+  const double best_v = r.best.Objective(goal);
+  auto constraint_note = [&]() {
+    std::string s;
+    if (sr.better_but_excluded) {
+      if (sr.excluded_by_deadline)
+        s += "; the deadline excluded " + std::to_string(sr.excluded_by_deadline) + " candidates";
+      if (sr.excluded_by_budget)
+        s += "; the budget excluded " + std::to_string(sr.excluded_by_budget) + " candidates";
+    }
+    return s;
+  };
+  if (!r.best.feasible) {
+    why << "no candidate meets the " << (problem.objective.deadline_h > 0 ? "deadline" : "")
+        << (problem.objective.deadline_h > 0 && problem.objective.budget_usd > 0 ? " and " : "")
+        << (problem.objective.budget_usd > 0 ? "budget" : "")
+        << ": proposing the one that misses them least";
+    r.action = r.has_current && r.best.config == r.current.config ? Recommendation::Action::kKeep
+                                                                  : Recommendation::Action::kSwitch;
+  } else if (!r.has_current) {
+    r.action = Recommendation::Action::kSwitch;
+    why << GoalName(goal) << ": best predicted " << Value(goal, best_v) << constraint_note();
+  } else if (r.best.config == r.current.config) {
+    r.action = Recommendation::Action::kKeep;
+    chosen = r.current;
+    why << GoalName(goal) << ": the current configuration is the best predicted ("
+        << Value(goal, best_v) << ")" << constraint_note();
+  } else if (!r.current.feasible) {
+    r.action = Recommendation::Action::kSwitch;
+    why << "constraint: the current configuration misses the "
+        << (problem.objective.deadline_h > 0 && r.current.hours > problem.objective.deadline_h
+                ? "deadline"
+                : "budget")
+        << "; the best feasible one costs " << Value(goal, best_v);
+  } else {
+    const double cur_v = r.current.Objective(goal);
+    const double gain = cur_v - best_v;
+    if (gain <= options.hysteresis * cur_v) {
+      r.action = Recommendation::Action::kKeep;
+      chosen = r.current;
+      why << "hysteresis: the best alternative saves " << Value(goal, std::max(0.0, gain)) << " ("
+          << std::fixed << std::setprecision(1) << 100 * std::max(0.0, gain) / cur_v
+          << "%, switching cost included), below the " << 100 * options.hysteresis << "% threshold";
+    } else {
+      r.action = Recommendation::Action::kSwitch;
+      why << GoalName(goal) << ": switching saves " << Value(goal, gain) << " (" << std::fixed
+          << std::setprecision(1) << 100 * gain / cur_v << "%) including the switch ("
+          << r.best.switch_s << " s)" << constraint_note();
+    }
+  }
+  // Exploration: is measuring an uncertain configuration worth it?
+  if (chosen.feasible) {
+    const double incumbent = chosen.Objective(goal);
+    double best_score = 0;
+    const Evaluation* pick = nullptr;
+    double pick_ei = 0, pick_cost = 0;
+    for (const Evaluation& e : sr.top) {
+      if (!e.feasible || measured(e.config) || e.config == chosen.config) continue;
+      const double v = e.Objective(goal);
+      const double ei = ExpectedImprovement(incumbent, v, e.log_sigma);
+      if (ei <= 0) continue;
+      // Going there and, if it disappoints, coming back; the measurement window itself still
+      // trains, so only its inefficiency relative to the incumbent counts.
+      const bool same_hw = e.config.SameHardware(chosen.config);
+      const double sw = 2 * (same_hw ? problem.cost.batch_switch_s : problem.cost.switch_s);
+      // The measurement window is charged in full (conservative: it also makes progress).
+      const double t_h = (sw + options.measure_s) / 3600.0;
+      const double mcost = goal == Goal::kCost ? t_h * e.price_per_hour : t_h;
+      const double score = ei - options.explore_ratio * mcost;
+      if (score > best_score) {
+        best_score = score;
+        pick = &e;
+        pick_ei = ei;
+        pick_cost = mcost;
+      }
+    }
+    if (pick) {
+      r.action = Recommendation::Action::kMeasure;
+      r.expected_improvement = pick_ei;
+      r.measurement_cost = pick_cost;
+      std::ostringstream m;
+      m << "explore: measuring " << pick->config.ToString() << " (predicted "
+        << Value(goal, pick->Objective(goal)) << " ±" << std::fixed << std::setprecision(0)
+        << 100 * pick->log_sigma << "%) has expected improvement " << Value(goal, pick_ei)
+        << " > measurement cost " << Value(goal, pick_cost) << "; otherwise: " << why.str();
+      why.str(m.str());
+      chosen = *pick;
+    }
+  }
+  r.proposed = chosen;
+  r.reason = why.str();
+  for (const Evaluation& e : sr.top) {
+    if (e.config == r.proposed.config) continue;
+    if (r.alternatives.size() >= 5) break;
+    r.alternatives.push_back(e);
+  }
+  return r;
+}
+
+Recommendation Recommend(const RecommendRequest& req) {
+  const Catalog& catalog = req.catalog ? *req.catalog : DefaultCatalog();
+  std::string err;
+  if (!req.options.IsValid(&err)) throw InputError("recommend options: " + err);
+  if (!(req.options.target_progress > req.options.current_progress))
+    throw InputError("recommend: target progress (" + std::to_string(req.options.target_progress) +
+                     ") must exceed the current progress (" +
+                     std::to_string(req.options.current_progress) + ")");
+  if (!req.noise && !req.efficiency)
+    throw InputError("recommend: no gradient noise state or efficiency model given");
+  if (req.profile.empty() && !req.current)
+    throw InputError("recommend: empty profile and no current configuration");
+  // Resolve the profile's types.
+  std::vector<estimator::Measurement> profile = req.profile;
+  for (auto& m : profile) {
+    if (m.key.instance_type.empty()) {
+      if (!req.current)
+        throw InputError(
+            "profile: a configuration has no instance_type and no current "
+            "configuration was given");
+      m.key.instance_type = req.current->type;
+    }
+    if (catalog.Find(m.key.instance_type) < 0)
+      throw InputError("profile: instance type '" + m.key.instance_type +
+                       "' is not in the catalog");
+  }
+  Config current;
+  if (req.current) {
+    current = *req.current;
+  } else {  // the most-measured configuration, on demand
+    const estimator::Measurement* most = &profile[0];
+    for (const auto& m : profile)
+      if (m.rows > most->rows) most = &m;
+    const InstanceType& t = catalog.types[catalog.Find(most->key.instance_type)];
+    current.type = t.name;
+    current.nodes = most->key.num_nodes;
+    current.gpus_per_node =
+        most->max_gpus_per_node > 0
+            ? most->max_gpus_per_node
+            : std::min(t.gpus,
+                       (most->key.num_replicas + most->key.num_nodes - 1) / most->key.num_nodes);
+    current.local_bsz = most->key.local_bsz;
+    current.accum_steps = most->key.accum_steps;
+  }
+  if (catalog.Find(current.type) < 0)
+    throw InputError("current configuration: instance type '" + current.type +
+                     "' is not in the catalog");
+  auto predictor = std::make_shared<ProfilePredictor>(catalog, profile, req.options.measured_sigma);
+  auto eff = std::make_shared<estimator::EfficiencyModel>(
+      req.efficiency ? *req.efficiency : estimator::EfficiencyModel::FromNoise(*req.noise));
+  const double from = req.options.current_progress, to = req.options.target_progress;
+  const double floor = req.options.steps_sigma_floor;
+  SearchProblem p;
+  p.catalog = &catalog;
+  p.predictor.step_time = [predictor](const InstanceType& t, const Config& c) {
+    return predictor->StepTime(t, c);
+  };
+  p.predictor.steps = [eff, from, to, floor](double batch) {
+    estimator::StepsPrediction s = eff->StepsToProgress(batch, from, to);
+    return Estimate{s.steps, std::sqrt(s.log_sigma * s.log_sigma + floor * floor)};
+  };
+  p.space = req.options.space;
+  p.objective = req.options.objective;
+  p.cost = req.options.cost;
+  p.remaining_progress = to - from;
+  p.current = &current;
+  p.candidates = req.candidates;
+  std::set<estimator::ConfigKey> keys;
+  for (const auto& m : profile) keys.insert(m.key);
+  return Decide(p, req.options, [&keys](const Config& c) { return keys.count(c.Key()) > 0; });
+}
+
+nlohmann::json Recommendation::ToJson() const {
+  nlohmann::json j;
+  j["schema"] = "cloudtune.recommendation/1";
+  j["action"] = ActionName(action);
+  j["objective"] = GoalName(goal);
+  j["reason"] = reason;
+  j["current"] = has_current ? EvalJson(current) : nlohmann::json();
+  j["proposed"] = EvalJson(proposed);
+  j["best_predicted"] = EvalJson(best);
+  if (action == Action::kMeasure) {
+    j["expected_improvement"] = expected_improvement;
+    j["measurement_cost"] = measurement_cost;
+  }
+  j["alternatives"] = nlohmann::json::array();
+  for (const auto& a : alternatives) j["alternatives"].push_back(EvalJson(a));
+  j["candidates_evaluated"] = evaluated;
+  j["catalog"] = catalog_source;
+  return j;
+}
+
+std::string Recommendation::ToTable() const {
+  std::ostringstream s;
+  s << "action: " << ActionName(action) << "  (objective: " << GoalName(goal) << ")\n"
+    << "reason: " << reason << "\n\n";
+  s << std::left << std::setw(10) << "" << std::setw(62) << "configuration" << std::right
+    << std::setw(14) << "hours" << std::setw(14) << "cost" << std::setw(9) << "±" << std::setw(12)
+    << "goodput"
+    << "\n";
+  auto row = [&](const std::string& label, const Evaluation& e) {
+    s << std::left << std::setw(10) << label << std::setw(62) << e.config.ToString() << std::right
+      << std::setw(14) << Hours(e.hours) << std::setw(14) << Money(e.cost) << std::setw(8)
+      << std::fixed << std::setprecision(1) << 100 * e.log_sigma << "%" << std::setw(12)
+      << std::setprecision(2) << e.goodput << (e.feasible ? "" : "  (misses a constraint)") << "\n";
+  };
+  if (has_current) row("current", current);
+  row("proposed", proposed);
+  for (size_t i = 0; i < alternatives.size(); ++i)
+    row("alt " + std::to_string(i + 1), alternatives[i]);
+  s << "\n" << evaluated << " candidates evaluated; catalog: " << catalog_source << "\n";
+  return s.str();
+}
+
+}  // namespace cloudtune::search

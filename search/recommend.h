@@ -1,0 +1,111 @@
+// The online search's single entry point: from the measured profile of a running job, recommend
+// keeping, switching or measuring a configuration, and explain why.
+//
+//   RecommendRequest req;  req.profile = measurements;  req.noise = NoiseState{...};
+//   req.current = Config{...};  req.options.target_progress = P;
+//   Recommendation r = Recommend(req);  nlohmann::json j = r.ToJson();
+//
+// The plugin's background tuner and `cloudtune recommend` both call Recommend(), so the same
+// profile gives the same numbers.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "estimator/efficiency.h"
+#include "estimator/throughput.h"
+#include "estimator/trace.h"
+#include "search/catalog.h"
+#include "search/search.h"
+
+namespace cloudtune::search {
+
+struct RecommendOptions {
+  SpaceOptions space;
+  ObjectiveOptions objective;
+  CostOptions cost;
+  double target_progress = 0;   // B0-steps the job must reach (required, > 0)
+  double current_progress = 0;  // B0-steps made so far
+  // Switch only when the objective improves by more than this fraction (and the switch pays).
+  double hysteresis = 0.03;
+  double measure_s = 300;  // seconds one exploratory measurement runs
+  // Measure when the expected improvement exceeds explore_ratio × the measurement's cost.
+  double explore_ratio = 3.0;
+  int explore_candidates = 48;     // best candidates by lower confidence bound considered
+  double lcb_kappa = 2.0;          // LCB = objective × exp(−κ·σ)
+  double measured_sigma = 0.03;    // log uncertainty of a measured configuration's step time
+  double steps_sigma_floor = 0.0;  // added in quadrature to the steps prediction
+  bool IsValid(std::string* error) const;
+};
+
+struct RecommendRequest {
+  std::vector<estimator::Measurement> profile;  // measured configurations (instance_type set,
+                                                // or "" = the current configuration's type)
+  std::optional<estimator::NoiseState> noise;   // current gradient noise
+  std::optional<estimator::EfficiencyModel> efficiency;  // preferred over `noise` when set
+  std::optional<Config> current;                         // what the job runs now
+  const Catalog* catalog = nullptr;                      // nullptr = DefaultCatalog()
+  RecommendOptions options;
+  // Explicit hardware/batch candidates (e.g. the traced ones in a replay); empty = the space
+  // generated from the catalog and options.space.
+  std::vector<Config> candidates;
+};
+
+struct Recommendation {
+  enum class Action { kKeep, kSwitch, kMeasure };
+  Action action = Action::kKeep;
+  bool has_current = false;
+  Evaluation current;   // predicted for the current configuration (when has_current)
+  Evaluation proposed;  // the configuration to run next
+  Evaluation best;      // best predicted configuration (exploit), = proposed unless measuring
+  std::string reason;   // which constraint or term decided
+  std::vector<Evaluation> alternatives;  // next-best configurations
+  size_t evaluated = 0;                  // candidates evaluated
+  double expected_improvement = 0;       // of a measurement (objective units), when measuring
+  double measurement_cost = 0;           // of that measurement (objective units)
+  Goal goal = Goal::kCost;
+  std::string catalog_source;
+  nlohmann::json ToJson() const;  // "schema": "cloudtune.recommendation/1"
+  std::string ToTable() const;    // human-readable
+};
+const char* ActionName(Recommendation::Action a);  // "keep", "switch", "measure"
+
+// The entry point. Throws cloudtune::InputError on invalid options, an empty profile without a
+// current configuration, a profile type not in the catalog, or neither noise nor efficiency.
+Recommendation Recommend(const RecommendRequest& request);
+
+// ---- building blocks (used by Recommend and the replay) -----------------------------------------
+
+// Step-time predictor from measured profiles: measured configurations use their measurement;
+// other configurations on a measured type use that type's fitted ThroughputModel; unmeasured types
+// are projected (ProjectStepTime) from the measured type with the most configurations.
+class ProfilePredictor {
+ public:
+  ProfilePredictor(const Catalog& catalog, const std::vector<estimator::Measurement>& profile,
+                   double measured_sigma);
+  Estimate StepTime(const InstanceType& t, const Config& c) const;
+  bool Measured(const std::string& type) const { return models_.count(type) > 0; }
+
+ private:
+  const Catalog& catalog_;
+  double measured_sigma_;
+  std::map<std::string, estimator::ThroughputModel> models_;  // by type
+  std::map<estimator::ConfigKey, double> measured_;           // step time by key
+  std::string reference_;                                     // best-measured type
+};
+
+// The decision given a search problem: exploit the best configuration, keep the current one
+// (hysteresis), or measure an uncertain one whose expected improvement pays for the measurement.
+// `measured(config)` says whether the configuration's step time is known from a measurement.
+Recommendation Decide(const SearchProblem& problem, const RecommendOptions& options,
+                      const std::function<bool(const Config&)>& measured);
+
+// Expected improvement E[max(0, incumbent − V)] of a log-normal V with median `median` and log
+// standard deviation `sigma` (closed form).
+double ExpectedImprovement(double incumbent, double median, double sigma);
+
+}  // namespace cloudtune::search

@@ -1,0 +1,83 @@
+// Replay: simulates a training job over real measured traces and compares the online policy
+// (cloudtune) with an oracle and baselines, with seeded measurement noise and revocations.
+//
+// Scenario file (JSON, paths relative to the file's directory; see data/scenarios/README.md):
+// {
+//   "schema": "cloudtune.scenario/1",
+//   "name": "pollux-imagenet-g4dn",
+//   "catalog_extra": [ {catalog CSV columns as keys ...} ],     // optional rows added to the
+//                                                               // default catalog
+//   "traces": [                                                 // the true step times
+//     {"instance_type": "g4dn.12xlarge", "csv": ["PATH.csv", ...]},   // trace CSVs (DESIGN §5)
+//     {"instance_type": "p3.8xlarge", "gavel": {"file": "PATH.json", "gpu": "v100",
+//       "model": "ResNet-50", "nodes": 1, "replicas": 4}}               // Gavel steps/s
+//   ],
+//   "noise": {"validation_csv": "PATH.csv", "base_batch": 200},  // gradient noise vs progress
+//   "target_progress": 0,            // B0-steps; 0 = the last progress of the validation trace
+//   "start": {"instance_type": "...", "nodes": 1, "gpus_per_node": 4, "local_bsz": 20,
+//             "accum_steps": 0},     // the job's first configuration (on demand)
+//   "objective": {"goal": "cost", "deadline_h": 0, "budget_usd": 0},
+//   "seeds": [1, 2, 3],
+//   "step_noise_sigma": 0.05,        // log-normal noise of one measurement window's mean
+//   "decision_interval_s": 1800,     // the policies re-decide this often
+//   "measure_s": 300,                // an exploratory measurement window
+//   "cost": {"restart_s": 120, "checkpoint_s": 30, "anchor_checkpoint_s": 5, "switch_s": 180}
+// }
+// Gavel's throughputs are read as aggregate worker-steps/s at per-GPU batch b: the optimizer step
+// time of R replicas is R / steps_per_s (no sync split: sync_time 0). Only configurations with an
+// even placement (replicas = nodes × GPUs per node) are candidates.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "estimator/trace.h"
+#include "search/catalog.h"
+#include "search/recommend.h"
+#include "search/search.h"
+
+namespace cloudtune::search {
+
+struct NoisePoint {
+  double progress = 0, grad_sqr = 0, grad_var = 0;
+};
+
+struct Scenario {
+  std::string name;
+  Catalog catalog;
+  std::vector<estimator::Measurement> traces;  // true step times (instance_type set)
+  std::vector<Config> candidates;              // traced configurations (purchase = on-demand)
+  std::vector<NoisePoint> noise;               // by progress (ascending)
+  double base_batch = 1;
+  double target_progress = 0;
+  Config start;
+  ObjectiveOptions objective;
+  CostOptions cost;
+  std::vector<uint64_t> seeds{1};
+  double step_noise_sigma = 0.05;
+  double decision_interval_s = 1800;
+  double measure_s = 300;
+};
+
+// Throws cloudtune::InputError "FILE: FIELD: what" on a malformed scenario or trace.
+Scenario LoadScenario(const std::string& path);
+Scenario ParseScenario(const nlohmann::json& j, const std::string& name,
+                       const std::string& base_dir);
+
+struct PolicyResult {
+  std::string policy;
+  double cost = 0;              // USD
+  double makespan_h = 0;        // hours to reach the target
+  double exploration_cost = 0;  // USD spent in measurement windows and switches into them
+  int switches = 0;
+  int revocations = 0;
+  int measurements = 0;
+  bool finished = true;  // reached the target before the simulation limit
+};
+
+// Runs every policy on one seed: "cloudtune", "oracle", "fixed-on-demand", "cheapest-spot",
+// "fastest-first", "deepvm-flopp", "pollux-goodput". Deterministic for (scenario, seed).
+std::vector<PolicyResult> RunReplay(const Scenario& s, uint64_t seed);
+
+}  // namespace cloudtune::search

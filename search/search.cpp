@@ -1,0 +1,307 @@
+#include "search/search.h"
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+#include <unordered_map>
+
+#include "estimator/error.h"
+
+namespace cloudtune::search {
+
+namespace {
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// Sort key: feasible candidates first by objective, then infeasible ones by how far they miss.
+struct Rank {
+  int infeasible;
+  double value;
+  bool operator<(const Rank& o) const {
+    return infeasible != o.infeasible ? infeasible < o.infeasible : value < o.value;
+  }
+};
+
+Rank RankOf(const Evaluation& e, const ObjectiveOptions& o) {
+  if (e.feasible) return {0, e.Objective(o.goal)};
+  double miss = 0;
+  if (o.deadline_h > 0) miss = std::max(miss, e.hours / o.deadline_h);
+  if (o.budget_usd > 0) miss = std::max(miss, e.cost / o.budget_usd);
+  return {1, miss};
+}
+
+void CheckProblem(const SearchProblem& p) {
+  std::string err;
+  if (!p.catalog) throw InputError("search: no catalog");
+  if (!p.predictor.step_time || !p.predictor.steps) throw InputError("search: no predictor");
+  if (!p.space.IsValid(&err)) throw InputError("search space: " + err);
+  if (!p.objective.IsValid(&err)) throw InputError("objective: " + err);
+  if (!p.cost.IsValid(&err)) throw InputError("cost options: " + err);
+}
+
+// Calls fn(type, hardware/batch config) over the problem's candidates.
+template <typename Fn>
+void ForEachProblemCandidate(const SearchProblem& p, Fn&& fn) {
+  if (p.candidates.empty()) {
+    ForEachCandidate(*p.catalog, p.space, fn);
+    return;
+  }
+  for (const Config& c : p.candidates) {
+    int i = p.catalog->Find(c.type);
+    if (i < 0) throw InputError("search: candidate type '" + c.type + "' is not in the catalog");
+    fn(p.catalog->types[i], c);
+  }
+}
+
+// Calls fn(type, config with purchase, step, steps) for every candidate × allowed purchase.
+template <typename Fn>
+void ForEachEvaluated(const SearchProblem& p, Fn&& fn) {
+  std::unordered_map<long long, Estimate> steps_cache;
+  Purchase options[3];
+  int n_options = 0;
+  if (p.space.allow_on_demand) options[n_options++] = Purchase::kOnDemand;
+  if (p.space.allow_spot) options[n_options++] = Purchase::kSpot;
+  if (p.space.allow_anchor) options[n_options++] = Purchase::kAnchor;
+  ForEachProblemCandidate(p, [&](const InstanceType& t, const Config& base) {
+    Estimate step = p.predictor.step_time(t, base);
+    if (!(step.value > 0) || !std::isfinite(step.value)) return;
+    const long long b = base.global_batch();
+    auto it = steps_cache.find(b);
+    if (it == steps_cache.end())
+      it = steps_cache.emplace(b, p.predictor.steps(static_cast<double>(b))).first;
+    Config c = base;
+    for (int k = 0; k < n_options; ++k) {
+      c.purchase = options[k];
+      if (c.purchase != Purchase::kOnDemand && !t.has_spot()) continue;
+      if (c.purchase == Purchase::kAnchor && c.nodes < 2) continue;  // anchor needs workers
+      fn(t, c, step, it->second);
+    }
+  });
+}
+}  // namespace
+
+estimator::ConfigKey Config::Key() const {
+  estimator::ConfigKey k;
+  k.instance_type = type;
+  k.num_nodes = nodes;
+  k.num_replicas = replicas();
+  k.local_bsz = local_bsz;
+  k.accum_steps = accum_steps;
+  return k;
+}
+
+std::string Config::ToString() const {
+  std::ostringstream s;
+  s << nodes << "x " << type << " (" << gpus_per_node << " GPU" << (gpus_per_node > 1 ? "s" : "")
+    << "/node) " << PurchaseName(purchase) << ", batch " << local_bsz << "x" << replicas();
+  if (accum_steps) s << "x" << (accum_steps + 1) << " accum";
+  s << " = " << global_batch();
+  return s.str();
+}
+
+const char* GoalName(Goal g) { return g == Goal::kCost ? "cost" : "time"; }
+
+bool SpaceOptions::IsValid(std::string* error) const {
+  const char* bad = nullptr;
+  if (max_nodes < 1)
+    bad = "max_nodes must be >= 1";
+  else if (max_gpus < 1)
+    bad = "max_gpus must be >= 1";
+  else if (min_local_bsz < 1)
+    bad = "min_local_bsz must be >= 1";
+  else if (max_local_bsz < min_local_bsz)
+    bad = "max_local_bsz must be >= min_local_bsz";
+  else if (!(local_bsz_factor > 1))
+    bad = "local_bsz_factor must be > 1";
+  else if (max_accum_steps < 0)
+    bad = "max_accum_steps must be >= 0";
+  else if (max_global_batch < 0)
+    bad = "max_global_batch must be >= 0";
+  else if (!(memory_per_sample_gib >= 0))
+    bad = "memory_per_sample_gib must be >= 0";
+  else if (!allow_on_demand && !allow_spot && !allow_anchor)
+    bad = "no purchase option allowed";
+  if (bad && error) *error = bad;
+  return bad == nullptr;
+}
+
+bool ObjectiveOptions::IsValid(std::string* error) const {
+  const char* bad = nullptr;
+  if (!(deadline_h >= 0) || !std::isfinite(deadline_h))
+    bad = "deadline_h must be >= 0";
+  else if (!(budget_usd >= 0) || !std::isfinite(budget_usd))
+    bad = "budget_usd must be >= 0";
+  if (bad && error) *error = bad;
+  return bad == nullptr;
+}
+
+void ForEachCandidate(const Catalog& catalog, const SpaceOptions& space,
+                      const std::function<void(const InstanceType&, const Config&)>& fn) {
+  std::vector<int> bszs;
+  for (double b = space.min_local_bsz; b <= space.max_local_bsz + 1e-9;
+       b *= space.local_bsz_factor) {
+    int v = static_cast<int>(std::lround(b));
+    if (bszs.empty() || v != bszs.back()) bszs.push_back(v);
+  }
+  for (const InstanceType& t : catalog.types) {
+    if (!space.types.empty() &&
+        std::find(space.types.begin(), space.types.end(), t.name) == space.types.end())
+      continue;
+    std::vector<int> gpns;
+    for (int g = 1; g < t.gpus; g *= 2) gpns.push_back(g);
+    gpns.push_back(t.gpus);
+    Config c;
+    c.type = t.name;
+    for (int n = 1; n <= space.max_nodes; ++n) {
+      c.nodes = n;
+      for (int g : gpns) {
+        if (n * g > space.max_gpus) break;
+        c.gpus_per_node = g;
+        for (int b : bszs) {
+          if (space.memory_per_sample_gib > 0 && t.gpu_memory_gib > 0 &&
+              b * space.memory_per_sample_gib > t.gpu_memory_gib)
+            break;
+          c.local_bsz = b;
+          for (int a = 0; a <= space.max_accum_steps; ++a) {
+            c.accum_steps = a;
+            if (space.max_global_batch > 0 && c.global_batch() > space.max_global_batch) break;
+            fn(t, c);
+          }
+        }
+      }
+    }
+  }
+}
+
+Evaluation Evaluate(const SearchProblem& p, const InstanceType& t, const Config& c,
+                    const Estimate& step, const Estimate& steps) {
+  Evaluation e;
+  e.config = c;
+  e.step_time_s = step.value;
+  e.steps = steps.value;
+  e.price_per_hour = HourlyPrice(t, c.nodes, c.purchase);
+  if (!(step.value > 0) || !std::isfinite(step.value) || !(steps.value >= 0)) {
+    e.hours = e.cost = kInf;
+    e.feasible = false;
+    return e;
+  }
+  e.throughput = static_cast<double>(c.global_batch()) / step.value;
+  const double train_s = steps.value * step.value;
+  e.goodput = train_s > 0 ? p.remaining_progress / train_s : 0;
+  if (p.current && !(c == *p.current))
+    e.switch_s = c.SameHardware(*p.current) ? p.cost.batch_switch_s : p.cost.switch_s;
+  const double rate = ClusterRevocationRate(t, c.nodes, c.purchase);
+  const double ckpt =
+      c.purchase == Purchase::kAnchor ? p.cost.anchor_checkpoint_s : p.cost.checkpoint_s;
+  RunEstimate run = EstimateRun(train_s / 3600.0, e.price_per_hour, rate, ckpt, p.cost.restart_s);
+  e.hours = run.hours + e.switch_s / 3600.0;
+  e.cost = e.hours * e.price_per_hour;
+  e.revocations = run.revocations;
+  e.checkpoint_interval_s = run.checkpoint_interval_s;
+  e.log_sigma = std::sqrt(step.log_sigma * step.log_sigma + steps.log_sigma * steps.log_sigma);
+  e.feasible = !(p.objective.deadline_h > 0 && e.hours > p.objective.deadline_h) &&
+               !(p.objective.budget_usd > 0 && e.cost > p.objective.budget_usd);
+  return e;
+}
+
+Evaluation Evaluate(const SearchProblem& p, const Config& c) {
+  CheckProblem(p);
+  int i = p.catalog->Find(c.type);
+  if (i < 0) throw InputError("configuration type '" + c.type + "' is not in the catalog");
+  const InstanceType& t = p.catalog->types[i];
+  return Evaluate(p, t, c, p.predictor.step_time(t, c),
+                  p.predictor.steps(static_cast<double>(c.global_batch())));
+}
+
+SearchResult Search(const SearchProblem& p) {
+  CheckProblem(p);
+  SearchResult r;
+  const size_t k = std::max(1, p.keep_top);
+  std::vector<std::pair<Rank, Evaluation>> top;  // sorted, at most k
+  top.reserve(k + 1);
+  double best_excluded = kInf;
+  ForEachEvaluated(
+      p, [&](const InstanceType& t, const Config& c, const Estimate& step, const Estimate& steps) {
+        ++r.evaluated;
+        Evaluation e = Evaluate(p, t, c, step, steps);
+        if (e.feasible) {
+          ++r.feasible;
+        } else if (std::isfinite(e.hours)) {
+          if (p.objective.deadline_h > 0 && e.hours > p.objective.deadline_h)
+            ++r.excluded_by_deadline;
+          if (p.objective.budget_usd > 0 && e.cost > p.objective.budget_usd) ++r.excluded_by_budget;
+          best_excluded = std::min(best_excluded, e.Objective(p.objective.goal));
+        }
+        Rank rk = RankOf(e, p.objective);
+        if (top.size() == k && !(rk < top.back().first)) return;
+        auto pos = std::upper_bound(top.begin(), top.end(), rk,
+                                    [](const Rank& a, const auto& b) { return a < b.first; });
+        top.insert(pos, {rk, std::move(e)});
+        if (top.size() > k) top.pop_back();
+      });
+  for (auto& [rk, e] : top) r.top.push_back(std::move(e));
+  if (!r.top.empty() && r.top[0].feasible && best_excluded < r.top[0].Objective(p.objective.goal))
+    r.better_but_excluded = 1;  // at least one; the exact count is not tracked
+  return r;
+}
+
+std::vector<Evaluation> ParetoFront(const SearchProblem& p) {
+  CheckProblem(p);
+  std::vector<Evaluation> all;
+  ForEachEvaluated(
+      p, [&](const InstanceType& t, const Config& c, const Estimate& step, const Estimate& steps) {
+        Evaluation e = Evaluate(p, t, c, step, steps);
+        if (std::isfinite(e.hours)) all.push_back(std::move(e));
+      });
+  std::sort(all.begin(), all.end(), [](const Evaluation& a, const Evaluation& b) {
+    return a.hours != b.hours ? a.hours < b.hours : a.cost < b.cost;
+  });
+  std::vector<Evaluation> front;
+  double best_cost = kInf;
+  for (auto& e : all)
+    if (e.cost < best_cost) {
+      best_cost = e.cost;
+      front.push_back(std::move(e));
+    }
+  return front;
+}
+
+double InstanceTflops(const Catalog& c, const InstanceType& t) {
+  const GpuSpec* g = c.Gpu(t.gpu_model);
+  return g ? g->train_tflops * t.gpus : 0;
+}
+
+double Flopp(const Catalog& c, const InstanceType& t, Purchase p) {
+  return InstanceTflops(c, t) / HourlyPrice(t, 1, p);
+}
+
+Estimate ProjectStepTime(const Catalog& c, const InstanceType& from, const InstanceType& to,
+                         double step_time_s, double sync_time_s, int nodes) {
+  const GpuSpec* gf = c.Gpu(from.gpu_model);
+  const GpuSpec* gt = c.Gpu(to.gpu_model);
+  double log_ratio = 0;  // log(compute time on `to` / on `from`)
+  int known = 0;
+  if (gf && gt && gf->train_tflops > 0 && gt->train_tflops > 0) {
+    log_ratio += std::log(gf->train_tflops / gt->train_tflops);
+    ++known;
+  }
+  if (gf && gt && gf->memory_bandwidth_gbs > 0 && gt->memory_bandwidth_gbs > 0) {
+    log_ratio += std::log(gf->memory_bandwidth_gbs / gt->memory_bandwidth_gbs);
+    ++known;
+  }
+  double sigma;
+  if (known > 0) {
+    log_ratio /= known;
+    sigma = known == 2 ? 0.25 : 0.4;
+  } else {
+    // No specs: assume price per GPU tracks speed (constant FLOPP).
+    log_ratio = std::log((from.ondemand_per_hour / from.gpus) / (to.ondemand_per_hour / to.gpus));
+    sigma = 0.7;
+  }
+  const double compute = std::max(0.0, step_time_s - sync_time_s) * std::exp(log_ratio);
+  double sync = sync_time_s;
+  if (nodes > 1 && from.network_gbps > 0 && to.network_gbps > 0)
+    sync *= from.network_gbps / to.network_gbps;
+  return {compute + sync, sigma};
+}
+
+}  // namespace cloudtune::search

@@ -1,0 +1,155 @@
+// The candidate space, objectives and constraints, and the search over them.
+//
+// A candidate is instance type × nodes × GPUs used per node × local batch × accumulation ×
+// purchase option. The search evaluates candidates through a Predictor (step time and steps to the
+// target, each with a log-normal uncertainty), so it does not depend on how those are obtained:
+// recommend.h plugs in the fitted estimator models, the replay's oracle plugs in the true traces.
+#pragma once
+
+#include <functional>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "estimator/trace.h"
+#include "search/catalog.h"
+#include "search/cost.h"
+
+namespace cloudtune::search {
+
+struct Config {
+  std::string type;       // instance type name (catalog)
+  int nodes = 1;          // instances
+  int gpus_per_node = 1;  // GPUs used on each instance (<= the type's GPUs)
+  int local_bsz = 1;      // samples per GPU per micro-step
+  int accum_steps = 0;    // extra accumulation micro-steps per optimizer step
+  Purchase purchase = Purchase::kOnDemand;
+
+  int replicas() const { return nodes * gpus_per_node; }
+  long long global_batch() const {
+    return static_cast<long long>(replicas()) * local_bsz * (accum_steps + 1);
+  }
+  estimator::ConfigKey Key() const;  // the trace key (type, nodes, replicas, local_bsz, accum)
+  // Same instances (type, nodes, GPUs per node, purchase): only the batch differs.
+  bool SameHardware(const Config& o) const {
+    return type == o.type && nodes == o.nodes && gpus_per_node == o.gpus_per_node &&
+           purchase == o.purchase;
+  }
+  bool operator==(const Config& o) const {
+    return SameHardware(o) && local_bsz == o.local_bsz && accum_steps == o.accum_steps;
+  }
+  std::string ToString() const;  // "4x g4dn.12xlarge (4 GPUs/node) spot, bsz 32x1"
+};
+
+// A log-normal estimate: median `value`, one standard deviation of log(value) `log_sigma`.
+struct Estimate {
+  double value = 0;
+  double log_sigma = 0;
+};
+
+// What the search needs to know about a workload. Both functions must be thread-compatible and
+// cheap (they are called once per hardware candidate / once per distinct global batch).
+struct Predictor {
+  // Seconds per optimizer step of `c` on `t` (purchase is irrelevant). value <= 0 or non-finite
+  // marks the configuration as impossible (e.g. not measured in a trace-only predictor).
+  std::function<Estimate(const InstanceType& t, const Config& c)> step_time;
+  // Optimizer steps at `global_batch` to reach the target progress from the current progress.
+  std::function<Estimate(double global_batch)> steps;
+};
+
+struct SpaceOptions {
+  int max_nodes = 16;              // quota: instances per configuration
+  int max_gpus = 64;               // quota: GPUs over all instances
+  int min_local_bsz = 8;           // smallest per-GPU batch tried
+  int max_local_bsz = 256;         // largest per-GPU batch tried (memory limit)
+  double local_bsz_factor = 2;     // local batches: min, min·f, min·f², ... ≤ max
+  int max_accum_steps = 3;         // accumulation micro-steps 0..max
+  long long max_global_batch = 0;  // 0 = no limit (samples per optimizer step)
+  // GiB of GPU memory per sample of local batch; 0 = unknown (only max_local_bsz limits).
+  double memory_per_sample_gib = 0;
+  bool allow_on_demand = true, allow_spot = true, allow_anchor = true;
+  std::vector<std::string> types;  // restrict to these instance types (empty = every type)
+  // GPUs used per node: powers of two up to the type's count, plus the count itself.
+  bool IsValid(std::string* error) const;
+};
+
+enum class Goal { kCost, kTime };
+const char* GoalName(Goal g);  // "cost", "time"
+
+struct ObjectiveOptions {
+  Goal goal = Goal::kCost;  // minimise expected cost (USD) or expected time (hours)
+  double deadline_h = 0;    // constraint: expected hours <= deadline (0 = none)
+  double budget_usd = 0;    // constraint: expected cost <= budget (0 = none)
+  bool IsValid(std::string* error) const;
+};
+
+// One evaluated candidate. Expected values include revocation overhead and the switch from the
+// current configuration.
+struct Evaluation {
+  Config config;
+  double step_time_s = 0;     // predicted seconds per optimizer step
+  double throughput = 0;      // samples per second
+  double steps = 0;           // optimizer steps to the target
+  double goodput = 0;         // progress (B0-steps) per second of training
+  double price_per_hour = 0;  // USD/h of the cluster
+  double hours = 0;           // expected wall time to the target
+  double cost = 0;            // expected USD to the target
+  double switch_s = 0;        // switching time charged (0 when it is the current configuration)
+  double revocations = 0;     // expected revocations
+  double checkpoint_interval_s = 0;
+  double log_sigma = 0;  // uncertainty of hours and cost (log scale)
+  bool feasible = true;  // meets deadline and budget
+  // Value of the objective (cost or hours) for ranking.
+  double Objective(Goal g) const { return g == Goal::kCost ? cost : hours; }
+};
+
+struct SearchProblem {
+  const Catalog* catalog = nullptr;
+  Predictor predictor;
+  SpaceOptions space;
+  ObjectiveOptions objective;
+  CostOptions cost;
+  double remaining_progress = 0;    // B0-steps still to make (for goodput)
+  const Config* current = nullptr;  // switching cost is charged for leaving it
+  // When not empty, the hardware/batch candidates (purchase options are still expanded by the
+  // space's allow_*); otherwise the space is generated from the catalog.
+  std::vector<Config> candidates;
+  int keep_top = 8;  // alternatives kept in SearchResult::top
+};
+
+struct SearchResult {
+  std::vector<Evaluation> top;  // best first (feasible ones before infeasible ones)
+  size_t evaluated = 0;         // candidates evaluated
+  size_t feasible = 0;          // candidates meeting every constraint
+  size_t excluded_by_deadline = 0, excluded_by_budget = 0;
+  // Candidates better on the objective than top[0] but excluded by a constraint.
+  size_t better_but_excluded = 0;
+};
+
+// Evaluates one candidate (NaN-free; infeasible when the predictor says impossible: hours = inf).
+Evaluation Evaluate(const SearchProblem& p, const InstanceType& t, const Config& c,
+                    const Estimate& step, const Estimate& steps);
+// Convenience: evaluates `c` calling the predictor.
+Evaluation Evaluate(const SearchProblem& p, const Config& c);
+// Calls fn(type, config) for every hardware/batch candidate of the space (purchase = on-demand).
+void ForEachCandidate(const Catalog& catalog, const SpaceOptions& space,
+                      const std::function<void(const InstanceType&, const Config&)>& fn);
+// The best candidates by the objective under the constraints.
+SearchResult Search(const SearchProblem& p);
+// Pareto front of (expected hours, expected cost) over the space, sorted by hours.
+std::vector<Evaluation> ParetoFront(const SearchProblem& p);
+
+// ---- unmeasured instance types ----------------------------------------------------------------
+// Training TFLOPS of an instance (GPUs × the GPU's best-known training TFLOPS; 0 = unknown).
+double InstanceTflops(const Catalog& c, const InstanceType& t);
+// FLOPP (DeepVM): TFLOPS per USD-hour at the purchase option's price (0 when TFLOPS unknown).
+double Flopp(const Catalog& c, const InstanceType& t, Purchase p);
+// Projects a step time measured/predicted on `from` to `to`: compute scales with the inverse
+// geometric mean of TFLOPS and memory-bandwidth ratios (per GPU), the all-reduce with the network
+// bandwidth ratio (multi-node) — as Sia/DeepVM do. Returns the projected step time and the
+// projection's own log uncertainty (0.25 with both GPU specs known, 0.4 with one ratio, 0.7 when
+// the ratio falls back to on-demand price per GPU).
+Estimate ProjectStepTime(const Catalog& c, const InstanceType& from, const InstanceType& to,
+                         double step_time_s, double sync_time_s, int nodes);
+
+}  // namespace cloudtune::search

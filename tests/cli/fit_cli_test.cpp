@@ -1,0 +1,189 @@
+// `cloudtune fit` / `cloudtune predict` end to end: runs the built binary and checks stdout,
+// stderr, exit status and the model file.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+
+namespace {
+
+struct Result {
+  int status = -1;
+  std::string out, err;
+};
+
+std::string Slurp(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+std::string TmpDir() {
+  static std::string dir = [] {
+    char tmpl[] = "/tmp/fit_cli_test.XXXXXX";
+    const char* d = ::mkdtemp(tmpl);
+    return std::string(d ? d : "/tmp");
+  }();
+  return dir;
+}
+
+Result RunCli(const std::string& args) {
+  const std::string out = TmpDir() + "/out", err = TmpDir() + "/err";
+  const std::string cmd =
+      std::string(CLOUDTUNE_BIN_DIR) + "/cloudtune " + args + " >" + out + " 2>" + err;
+  const int rc = std::system(cmd.c_str());
+  Result r;
+  r.status = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+  r.out = Slurp(out);
+  r.err = Slurp(err);
+  return r;
+}
+
+std::string Write(const std::string& name, const std::string& text) {
+  const std::string p = TmpDir() + "/" + name;
+  std::ofstream(p) << text;
+  return p;
+}
+
+bool Exists(const std::string& p) { return std::ifstream(p).good(); }
+
+std::vector<std::string> Lines(const std::string& s) {
+  std::vector<std::string> out;
+  std::istringstream in(s);
+  for (std::string l; std::getline(in, l);)
+    if (!l.empty()) out.push_back(l);
+  return out;
+}
+
+const std::string kGavel = std::string(CLOUDTUNE_SOURCE_DIR) + "/data/traces/gavel/";
+const std::string kPollux = std::string(CLOUDTUNE_SHARED_DIR) + "/data/traces/pollux-t4/";
+
+TEST(FitCli, RoundTripOnAShippedTrace) {
+  const std::string trace = kGavel + "v100_resnet50.csv", model = TmpDir() + "/rt.json";
+  Result f = RunCli("fit " + trace + " -o " + model);
+  ASSERT_EQ(f.status, 0) << f.err;
+  const auto j = nlohmann::json::parse(Slurp(model));
+  EXPECT_EQ(j["schema"], "cloudtune.throughput_model/1");
+  EXPECT_TRUE(j["model"].contains("form"));
+  EXPECT_EQ(j["fit"]["configurations"], 28);
+  for (const auto& p : j["parameters"]) {
+    EXPECT_TRUE(p.contains("unit"));
+    EXPECT_TRUE(p["identified"].is_boolean());
+  }
+  Result p = RunCli("predict " + model + " " + trace);
+  ASSERT_EQ(p.status, 0) << p.err;
+  const auto lines = Lines(p.out);
+  ASSERT_EQ(lines.size(), 29u);  // header + one row per configuration
+  EXPECT_EQ(lines[0].rfind("num_nodes,num_replicas,local_bsz,accum_steps,predicted_step_time,", 0),
+            0u);
+  double sum_ape = 0;
+  for (size_t i = 1; i < lines.size(); ++i) {
+    std::vector<std::string> f;
+    std::stringstream ss(lines[i]);
+    for (std::string c; std::getline(ss, c, ',');) f.push_back(c);
+    ASSERT_GE(f.size(), 11u);
+    const double pred = std::stod(f[4]), meas = std::stod(f[9]), sigma = std::stod(f[8]);
+    EXPECT_GT(pred, 0);
+    EXPECT_GT(sigma, 0);
+    sum_ape += std::abs(pred - meas) / meas;
+  }
+  EXPECT_LT(sum_ape / 28, 0.10);  // in-sample
+}
+
+TEST(FitCli, BothTraceFormatsAndSeveralFiles) {
+  const std::string model = TmpDir() + "/two.json";
+  Result f = RunCli("fit " + kPollux + "bert/placements.csv " + kPollux + "bert/scalability.csv -o " +
+                 model);
+  ASSERT_EQ(f.status, 0) << f.err;
+  const auto j = nlohmann::json::parse(Slurp(model));
+  EXPECT_EQ(j["fit"]["configurations"], 350);
+  Result p = RunCli("predict " + model + " " + kPollux + "bert/scalability.csv");
+  ASSERT_EQ(p.status, 0) << p.err;
+  EXPECT_EQ(Lines(p.out).size(), 1u + 180u);
+}
+
+TEST(FitCli, HelpForEveryCommand) {
+  for (const std::string c : {"fit", "predict"}) {
+    Result r = RunCli(c + " --help");
+    EXPECT_EQ(r.status, 0) << c;
+    EXPECT_NE(r.out.find("Usage"), std::string::npos) << c << r.out;
+  }
+}
+
+// Each bad input: exact message on stderr, status 1, and nothing written to -o.
+void ExpectFitError(const std::string& trace, const std::string& message) {
+  const std::string model = TmpDir() + "/bad.json";
+  std::remove(model.c_str());
+  Result r = RunCli("fit " + trace + " -o " + model);
+  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.err, "cloudtune: error: " + message + "\n");
+  EXPECT_FALSE(Exists(model));
+  EXPECT_FALSE(Exists(model + ".tmp"));
+}
+
+TEST(FitCli, BadTraces) {
+  const std::string missing = TmpDir() + "/nope.csv";
+  ExpectFitError(missing, missing + ": cannot open");
+  const std::string nocol =
+      Write("nocol.csv", "num_nodes,num_replicas,local_bsz,step_time\n1,1,32,0.5\n");
+  ExpectFitError(nocol, nocol + ":1: missing column 'sync_time'");
+  const std::string text = Write(
+      "text.csv", "num_nodes,num_replicas,local_bsz,step_time,sync_time\n1,1,32,abc,0.1\n");
+  ExpectFitError(text, text + ":2:4: step_time: 'abc' is not a finite number");
+  const std::string neg = Write(
+      "neg.csv", "num_nodes,num_replicas,local_bsz,step_time,sync_time\n1,2,32,0.5,-0.1\n");
+  ExpectFitError(neg, neg + ":2:5: sync_time: -0.1 is negative");
+  const std::string empty = Write("empty.csv", "");
+  ExpectFitError(empty, empty + ":1: empty file (no header)");
+  const std::string sync = Write(
+      "sync.csv", "placement,local_bsz,step_time,sync_time\n12,32,0.5,0.7\n");
+  ExpectFitError(sync, sync +
+                           ":2:4: sync_time: configuration (num_nodes=2, num_replicas=3, "
+                           "local_bsz=32, accum_steps=0) has mean sync_time 0.7 >= step_time 0.5");
+}
+
+TEST(FitCli, BadModels) {
+  const std::string trace = kGavel + "v100_resnet50.csv";
+  const std::string missing = TmpDir() + "/none.json";
+  Result r = RunCli("predict " + missing + " " + trace);
+  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.err, "cloudtune: error: " + missing + ": cannot open\n");
+  const std::string broken = Write("broken.json", "{\"schema\": ");
+  r = RunCli("predict " + broken + " " + trace);
+  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.err.rfind("cloudtune: error: " + broken + ": not valid JSON (", 0), 0u) << r.err;
+  const std::string foreign = Write("foreign.json", "{\"schema\": \"cloudtune.other/1\"}");
+  r = RunCli("predict " + foreign + " " + trace);
+  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.err, "cloudtune: error: " + foreign +
+                       ": schema is \"cloudtune.other/1\", expected "
+                       "\"cloudtune.throughput_model/1\"\n");
+  EXPECT_TRUE(r.out.empty());
+}
+
+TEST(FitCli, PredictRejectsBadTraceToo) {
+  const std::string model = TmpDir() + "/ok.json";
+  ASSERT_EQ(RunCli("fit " + kGavel + "v100_resnet50.csv -o " + model).status, 0);
+  const std::string nocol = Write("nocol2.csv", "placement,local_bsz,step_time\n1,32,0.5\n");
+  Result r = RunCli("predict " + model + " " + nocol);
+  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.err, "cloudtune: error: " + nocol + ":1: missing column 'sync_time'\n");
+  EXPECT_TRUE(r.out.empty());
+}
+
+TEST(FitCli, MissingArgumentsAreUsageErrors) {
+  Result r = RunCli("fit " + kGavel + "v100_resnet50.csv");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.err.find("--output is required"), std::string::npos) << r.err;
+}
+
+}  // namespace

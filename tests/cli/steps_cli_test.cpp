@@ -1,0 +1,122 @@
+// `cloudtune steps` end to end: runs the built binary and checks stdout, stderr and exit status.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+
+namespace {
+
+struct Result {
+  int status = -1;
+  std::string out, err;
+};
+
+std::string Slurp(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+std::string TmpDir() {
+  static std::string dir = [] {
+    char tmpl[] = "/tmp/steps_cli_test.XXXXXX";
+    const char* d = ::mkdtemp(tmpl);
+    return std::string(d ? d : "/tmp");
+  }();
+  return dir;
+}
+
+Result RunSteps(const std::string& args) {
+  const std::string out = TmpDir() + "/out", err = TmpDir() + "/err";
+  const std::string cmd =
+      std::string(CLOUDTUNE_BIN_DIR) + "/cloudtune steps " + args + " >" + out + " 2>" + err;
+  const int rc = std::system(cmd.c_str());
+  Result r;
+  r.status = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+  r.out = Slurp(out);
+  r.err = Slurp(err);
+  return r;
+}
+
+std::string Write(const std::string& name, const std::string& text) {
+  const std::string p = TmpDir() + "/" + name;
+  std::ofstream(p) << text;
+  return p;
+}
+
+const std::string kDir = std::string(CLOUDTUNE_SHARED_DIR) + "/data/traces/pollux-t4/cifar10/";
+const std::string kObs =
+    "--observed 128=" + kDir + "validation-128.csv --observed 256=" + kDir + "validation-256.csv";
+
+TEST(StepsCli, PredictsWithUncertaintyAndDrift) {
+  // The run at 2048 reached progress 39070.56 in 3178 steps.
+  Result r = RunSteps(kObs + " --batch 2048 --progress 39070.563330320554");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  auto j = nlohmann::json::parse(r.out);
+  const double it = j.at("iterations").get<double>();
+  EXPECT_LT(std::abs(it - 3178) / 3178, 0.09) << it;
+  EXPECT_GT(j.at("log_sigma").get<double>(), 0);
+  EXPECT_LT(j.at("iterations_low").get<double>(), it);
+  EXPECT_GT(j.at("iterations_high").get<double>(), it);
+  EXPECT_GT(j.at("iterations_plain_theory").get<double>(), 1.3 * it);
+  EXPECT_EQ(j.at("base_batch").get<double>(), 128);
+  EXPECT_EQ(j.at("single_batch").get<bool>(), false);
+  EXPECT_EQ(j.at("drift").at("model").at("schema"), "cloudtune.efficiency_model/1");
+  EXPECT_GT(j.at("drift").at("gain_at_batch").get<double>(), 1);
+}
+
+TEST(StepsCli, SingleObservedBatchIsThePlainTheoryAndFlagged) {
+  Result r = RunSteps("--observed 128=" + kDir + "validation-128.csv --batch 512 --progress 39000");
+  ASSERT_EQ(r.status, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j.at("single_batch").get<bool>(), true);
+  EXPECT_NEAR(j.at("iterations").get<double>(), j.at("iterations_plain_theory").get<double>(), 1);
+}
+
+TEST(StepsCli, WritesTheModel) {
+  const std::string m = TmpDir() + "/model.json";
+  Result r = RunSteps(kObs + " --batch 1024 --progress 1000 -o " + m);
+  ASSERT_EQ(r.status, 0) << r.err;
+  auto j = nlohmann::json::parse(Slurp(m));
+  EXPECT_EQ(j.at("schema"), "cloudtune.efficiency_model/1");
+}
+
+TEST(StepsCli, BadInputNamesFileLineOrArgument) {
+  auto expect_error = [](const std::string& args, const std::string& message) {
+    Result r = RunSteps(args);
+    EXPECT_NE(r.status, 0) << args;
+    EXPECT_EQ(r.out, "") << args;
+    EXPECT_EQ(r.err, "cloudtune: error: " + message + "\n") << args;
+  };
+  expect_error("--observed 128=/nonexistent/v.csv --batch 512 --progress 10",
+               "/nonexistent/v.csv: cannot open");
+  const std::string nocol = Write("nocol.csv", "progress,iteration,metric,grad_sqr\n1,1,1,1\n");
+  expect_error("--observed 128=" + nocol + " --batch 512 --progress 1",
+               nocol + ":1: missing column 'grad_var'");
+  const std::string badnum =
+      Write("badnum.csv", "progress,iteration,metric,grad_sqr,grad_var\n1,1,1,1,1\n2,2,1,x,1\n");
+  expect_error("--observed 128=" + badnum + " --batch 512 --progress 1",
+               badnum + ":3:4: grad_sqr: 'x' is not a finite number");
+  expect_error(kObs + " --batch 0 --progress 100", "--batch: 0 must be positive");
+  expect_error(kObs + " --batch -64 --progress 100", "--batch: -64 must be positive");
+  expect_error(kObs + " --batch big --progress 100", "--batch: 'big' is not a number");
+  expect_error(kObs + " --batch 512 --progress 0", "--progress: 0 must be positive");
+  expect_error("--observed 0=" + kDir + "validation-128.csv --batch 512 --progress 100",
+               "--observed '0=" + kDir + "validation-128.csv': batch: 0 must be positive");
+  expect_error(
+      "--observed " + kDir + "validation-128.csv --batch 512 --progress 100",
+      "--observed: '" + kDir + "validation-128.csv' is not B=FILE (batch size '=' validation CSV)");
+  expect_error(kObs + " --batch 512 --progress 50000",
+               "--progress: 50000 is beyond the observed progress (at most 39063, in " + kDir +
+                   "validation-128.csv; --extrapolate allows 2% more)");
+}
+
+}  // namespace

@@ -1,0 +1,197 @@
+// End-to-end: the Fashion-MNIST example with 2 real worker processes and the plugin on/off.
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+
+#include "estimator/trace.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+const std::string kBin = CLOUDTUNE_BIN_DIR "/train_fashion_mnist";
+// Short runs: a few hundred small steps.
+const std::string kArgs = " --steps 80 --epochs 1 --batch 32 --log-every 40 --test-limit 500";
+
+fs::path TempDir(const std::string& name) {
+  auto dir = fs::temp_directory_path() / ("cloudtune-e2e-" + std::to_string(::getpid())) / name;
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+std::string Slurp(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// Runs the example in `dir` with `env` (VAR=value ...; CLOUDTUNE* of the caller removed);
+// returns the exit status, output in *log.
+int RunExample(const fs::path& dir, const std::string& env, std::string* log) {
+  std::string unset;
+  for (const char* v : {"CLOUDTUNE", "CLOUDTUNE_SIDECAR", "CLOUDTUNE_PROFILE",
+                        "CLOUDTUNE_MEASURE_EVERY", "RANK", "WORLD_SIZE", "MASTER_PORT"})
+    unset += std::string(" -u ") + v;
+  const std::string cmd = "cd '" + dir.string() + "' && env" + unset + " " + env + " '" + kBin +
+                          "' --workers 2" + kArgs + " > out.log 2>&1";
+  const int rc = std::system(cmd.c_str());
+  *log = Slurp(dir / "out.log");
+  return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+int CountLines(const std::string& text, const std::string& needle) {
+  std::istringstream in(text);
+  std::string line;
+  int n = 0;
+  while (std::getline(in, line)) n += line.find(needle) != std::string::npos;
+  return n;
+}
+
+// Every complete (newline-terminated) line must parse; returns them.
+std::vector<nlohmann::json> CompleteRecords(const fs::path& path) {
+  const std::string text = Slurp(path);
+  std::vector<nlohmann::json> out;
+  size_t pos = 0, nl;
+  while ((nl = text.find('\n', pos)) != std::string::npos) {
+    const std::string line = text.substr(pos, nl - pos);
+    try {
+      out.push_back(nlohmann::json::parse(line));
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "line does not parse: " << line << " (" << e.what() << ")";
+    }
+    pos = nl + 1;
+  }
+  return out;
+}
+
+TEST(E2E, PluginOnWritesSidecarAndProfile) {
+  auto dir = TempDir("on");
+  std::string log;
+  ASSERT_EQ(RunExample(dir, "CLOUDTUNE=1 CLOUDTUNE_MEASURE_EVERY=10", &log), 0) << log;
+  auto recs = CompleteRecords(dir / "cloudtune.sidecar.jsonl");
+  ASSERT_GE(recs.size(), 3u) << log;
+  EXPECT_EQ(recs.front()["kind"], "start");
+  EXPECT_EQ(recs.front()["world_size"], 2);
+  EXPECT_EQ(recs.back()["kind"], "end");
+  int measurements = 0;
+  double noise = NAN;
+  for (const auto& r : recs) {
+    EXPECT_EQ(r["schema"], "cloudtune.sidecar/1");
+    if (r["kind"] != "measurement") continue;
+    ++measurements;
+    EXPECT_FALSE(r["biased"].get<bool>());  // 2 replicas: the unbiased estimator
+    EXPECT_EQ(r["config"]["num_replicas"], 2);
+    EXPECT_GT(r["samples_per_second"].get<double>(), 0);
+    EXPECT_GT(r["sync_time"]["mean"].get<double>(), 0);
+    if (r["noise_scale"].is_number()) noise = r["noise_scale"].get<double>();
+  }
+  EXPECT_GE(measurements, 5);
+  EXPECT_TRUE(std::isfinite(noise));
+  EXPECT_GT(noise, 0);
+  auto rows = cloudtune::estimator::ReadTraces({(dir / "cloudtune.profile.csv").string()});
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0].key.num_replicas, 2);
+  EXPECT_EQ(rows[0].key.local_bsz, 32);
+  EXPECT_GT(rows[0].step_time, rows[0].sync_time);
+  EXPECT_GT(rows[0].sync_time, 0);
+}
+
+TEST(E2E, PluginOffWritesNothing) {
+  auto dir = TempDir("off");
+  std::string log;
+  ASSERT_EQ(RunExample(dir, "CLOUDTUNE_SIDECAR=side.jsonl", &log), 0) << log;
+  EXPECT_FALSE(fs::exists(dir / "side.jsonl"));
+  EXPECT_FALSE(fs::exists(dir / "cloudtune.sidecar.jsonl"));
+  EXPECT_FALSE(fs::exists(dir / "cloudtune.profile.csv"));
+  EXPECT_EQ(CountLines(log, "cloudtune:"), 0) << log;
+}
+
+TEST(E2E, SidecarInMissingDirectoryLogsOnceAndTrainingGoesOn) {
+  auto dir = TempDir("missing");
+  std::string log;
+  ASSERT_EQ(RunExample(dir, "CLOUDTUNE=1 CLOUDTUNE_SIDECAR=no/such/dir/s.jsonl", &log), 0) << log;
+  EXPECT_EQ(CountLines(log, "cloudtune:"), 1) << log;
+  EXPECT_EQ(CountLines(log, "no/such/dir/s.jsonl"), 1) << log;
+  EXPECT_NE(log.find("test accuracy"), std::string::npos) << log;
+}
+
+TEST(E2E, InvalidSettingLogsOnceAndTrainingGoesOn) {
+  auto dir = TempDir("invalid");
+  std::string log;
+  ASSERT_EQ(RunExample(dir, "CLOUDTUNE=1 CLOUDTUNE_MEASURE_EVERY=often", &log), 0) << log;
+  EXPECT_EQ(CountLines(log, "cloudtune:"), 1) << log;
+  EXPECT_EQ(CountLines(log, "CLOUDTUNE_MEASURE_EVERY='often'"), 1) << log;
+  EXPECT_FALSE(fs::exists(dir / "cloudtune.sidecar.jsonl"));
+  EXPECT_NE(log.find("test accuracy"), std::string::npos) << log;
+}
+
+TEST(E2E, KilledWorkerLeavesOnlyCompleteLines) {
+  auto dir = TempDir("kill");
+  const std::string sidecar = (dir / "s.jsonl").string();
+  int port = 0;  // a free loopback port
+  {
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(a);
+    ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+    ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len), 0);
+    port = ntohs(a.sin_port);
+    ::close(fd);
+  }
+  std::vector<pid_t> pids;
+  for (int rank = 0; rank < 2; ++rank) {
+    pid_t pid = ::fork();
+    if (pid == 0) {
+      ::setenv("RANK", std::to_string(rank).c_str(), 1);
+      ::setenv("WORLD_SIZE", "2", 1);
+      ::setenv("MASTER_ADDR", "127.0.0.1", 1);
+      ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+      ::setenv("CLOUDTUNE", "1", 1);
+      ::setenv("CLOUDTUNE_SIDECAR", sidecar.c_str(), 1);
+      ::setenv("CLOUDTUNE_PROFILE", (dir / "p.csv").c_str(), 1);
+      ::setenv("CLOUDTUNE_MEASURE_EVERY", "2", 1);
+      const std::string out = (dir / ("rank" + std::to_string(rank) + ".log")).string();
+      std::freopen(out.c_str(), "w", stdout);
+      std::freopen(out.c_str(), "a", stderr);
+      ::execl(kBin.c_str(), kBin.c_str(), "--steps", "100000", "--batch", "16", "--log-every",
+              "1000", static_cast<char*>(nullptr));
+      std::_Exit(127);
+    }
+    ASSERT_GT(pid, 0);
+    pids.push_back(pid);
+  }
+  // Wait for a few measurement records, then kill rank 0 (the writer) mid-run.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(90);
+  size_t lines = 0;
+  while (std::chrono::steady_clock::now() < deadline) {
+    const std::string text = Slurp(sidecar);
+    lines = static_cast<size_t>(std::count(text.begin(), text.end(), '\n'));
+    if (lines >= 6) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ::kill(pids[0], SIGKILL);
+  ::kill(pids[1], SIGKILL);
+  for (pid_t p : pids) ::waitpid(p, nullptr, 0);
+  ASSERT_GE(lines, 6u) << Slurp(dir / "rank0.log");
+  auto recs = CompleteRecords(sidecar);
+  ASSERT_GE(recs.size(), 6u);
+  EXPECT_EQ(recs.front()["kind"], "start");
+  for (size_t i = 1; i < recs.size(); ++i) EXPECT_EQ(recs[i]["kind"], "measurement");
+}
+
+}  // namespace

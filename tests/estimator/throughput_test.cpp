@@ -1,0 +1,295 @@
+#include "estimator/throughput.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "estimator/error.h"
+
+namespace cloudtune::estimator {
+namespace {
+
+// Ground truth written out independently of the implementation.
+struct Truth {
+  double alpha_c = 0.02, beta_c_per_sample = 5e-4;  // T_c = alpha_c + beta_c * b (kappa = 1)
+  double alpha_l = 0.004, beta_l = 0.002;            // one machine
+  double alpha_n = 0.05, beta_n = 0.02, delta_n = 0.03;  // network
+  double gamma = 2.0;
+
+  double Compute(int b) const { return alpha_c + beta_c_per_sample * b; }
+  double Step(const ConfigKey& k) const {
+    const double tc = Compute(k.local_bsz);
+    double t = tc;
+    if (k.num_replicas >= 2) {
+      double tn;
+      if (k.num_nodes == 1) {
+        tn = alpha_l + beta_l * (k.num_replicas - 2);
+      } else {
+        const double g = double(k.num_replicas) / k.num_nodes;
+        tn = alpha_n + beta_n * std::log(k.num_replicas / 2.0) +
+             delta_n * (g - 1) / (k.num_nodes - 1);
+      }
+      t = std::pow(std::pow(tc, gamma) + std::pow(tn, gamma), 1 / gamma);
+    }
+    return k.accum_steps * tc + t;
+  }
+};
+
+Measurement Measure(const Truth& truth, const ConfigKey& k, std::mt19937* rng, double noise) {
+  std::normal_distribution<double> n(0.0, noise);
+  Measurement m;
+  m.key = k;
+  const double tc = truth.Compute(k.local_bsz) * (k.accum_steps + 1);
+  m.step_time = truth.Step(k) * std::exp(n(*rng));
+  m.sync_time = std::max(0.0, truth.Step(k) - tc) * std::exp(n(*rng));
+  m.sync_time = std::min(m.sync_time, 0.95 * m.step_time);
+  m.rows = 1;
+  return m;
+}
+
+ConfigKey Key(int nodes, int replicas, int bsz, int accum = 0) {
+  ConfigKey k;
+  k.num_nodes = nodes;
+  k.num_replicas = replicas;
+  k.local_bsz = bsz;
+  k.accum_steps = accum;
+  return k;
+}
+
+// A grid like the Pollux traces: 1-8 machines of 1-4 GPUs, 5 batch sizes.
+std::vector<ConfigKey> Grid() {
+  std::vector<ConfigKey> keys;
+  for (int nodes : {1, 2, 3, 4, 8})
+    for (int gpn : {1, 2, 3, 4})
+      for (int b : {16, 32, 64, 128, 256}) keys.push_back(Key(nodes, nodes * gpn, b));
+  return keys;
+}
+
+std::vector<Measurement> MeasureAll(const Truth& t, const std::vector<ConfigKey>& keys,
+                                    unsigned seed, double noise) {
+  std::mt19937 rng(seed);
+  std::vector<Measurement> out;
+  for (const auto& k : keys) out.push_back(Measure(t, k, &rng, noise));
+  return out;
+}
+
+TEST(ThroughputOptions, DefaultsAreValid) {
+  std::string err = "untouched";
+  EXPECT_TRUE(ThroughputFitOptions{}.IsValid(&err));
+}
+
+TEST(ThroughputOptions, InvalidValuesAreNamed) {
+  std::string err;
+  ThroughputFitOptions o;
+  o.obs_sigma = 0;
+  EXPECT_FALSE(o.IsValid(&err));
+  EXPECT_EQ(err, "obs_sigma must be > 0");
+  o = {};
+  o.identified_ratio = 1.5;
+  EXPECT_FALSE(o.IsValid(&err));
+  EXPECT_EQ(err, "identified_ratio must be in (0, 1)");
+  o = {};
+  o.max_iterations = 0;
+  EXPECT_FALSE(o.IsValid(&err));
+  EXPECT_EQ(err, "max_iterations must be >= 1");
+  EXPECT_THROW(FitThroughput(MeasureAll(Truth{}, Grid(), 1, 0.01), o), InputError);
+}
+
+TEST(ThroughputFit, EmptyInputThrows) {
+  EXPECT_THROW(FitThroughput({}), InputError);
+}
+
+TEST(ThroughputFit, RecoversKnownParameters) {
+  const Truth t;
+  const auto data = MeasureAll(t, Grid(), 7, 0.02);
+  const auto m = FitThroughput(data);
+  EXPECT_EQ(m.stats().configurations, static_cast<int>(data.size()));
+  EXPECT_LT(m.stats().mape_step, 0.03);
+  EXPECT_NEAR(m.param(kAlphaC), t.alpha_c, 0.25 * t.alpha_c);
+  EXPECT_NEAR(m.param(kBetaC), t.beta_c_per_sample, 0.15 * t.beta_c_per_sample);
+  EXPECT_NEAR(m.param(kKappa), 1.0, 0.1);
+  EXPECT_NEAR(m.param(kAlphaN), t.alpha_n, 0.3 * t.alpha_n);
+  EXPECT_NEAR(m.param(kGamma), t.gamma, 0.6);
+  for (int i : {kAlphaC, kBetaC, kAlphaN, kGamma}) EXPECT_TRUE(m.identified(i)) << i;
+  // Unseen configurations (6 machines; batch sizes between the measured ones) within 5%.
+  for (const auto& k : {Key(6, 12, 48), Key(6, 24, 200), Key(2, 6, 100), Key(1, 3, 90)}) {
+    const auto p = m.Predict(k);
+    EXPECT_NEAR(p.step_time / t.Step(k), 1.0, 0.05)
+        << k.num_nodes << "," << k.num_replicas << "," << k.local_bsz;
+    EXPECT_NEAR(p.throughput, k.global_batch() / p.step_time, 1e-9);
+    EXPECT_GE(p.sync_time, 0);
+    EXPECT_NEAR(p.compute_time / t.Compute(k.local_bsz), 1.0, 0.05);
+  }
+}
+
+TEST(ThroughputFit, AccumulationAddsComputeSteps) {
+  const auto m = FitThroughput(MeasureAll(Truth{}, Grid(), 3, 0.02));
+  const auto p0 = m.Predict(Key(4, 8, 64, 0));
+  const auto p3 = m.Predict(Key(4, 8, 64, 3));
+  EXPECT_NEAR(p3.step_time - p0.step_time, 3 * p0.compute_time, 1e-12);
+  EXPECT_NEAR(p3.throughput, 4.0 * 8 * 64 / p3.step_time, 1e-9);
+}
+
+TEST(ThroughputFit, IsDeterministic) {
+  const auto data = MeasureAll(Truth{}, Grid(), 11, 0.05);
+  auto a = FitThroughput(data).ToJson();
+  auto b = FitThroughput(data).ToJson();
+  a["fit"].erase("seconds");
+  b["fit"].erase("seconds");
+  EXPECT_EQ(a.dump(), b.dump());
+}
+
+TEST(ThroughputFit, UncertaintyCoversHeldOutConfigurations) {
+  // Fit on every other configuration, predict the rest: about 68% should fall within one
+  // log_sigma and nearly all within three (loosely: 0.45-0.95 and >= 0.9).
+  const Truth t;
+  const auto keys = Grid();
+  std::mt19937 rng(5);
+  std::vector<Measurement> train, test;
+  for (size_t i = 0; i < keys.size(); ++i)
+    (i % 2 ? test : train).push_back(Measure(t, keys[i], &rng, 0.05));
+  const auto m = FitThroughput(train);
+  int in1 = 0, in3 = 0;
+  for (const auto& x : test) {
+    const auto p = m.Predict(x.key);
+    const double z = std::abs(std::log(p.step_time / x.step_time)) / p.log_sigma;
+    in1 += z <= 1;
+    in3 += z <= 3;
+  }
+  const double f1 = double(in1) / test.size(), f3 = double(in3) / test.size();
+  EXPECT_GT(f1, 0.45);
+  EXPECT_LT(f1, 0.95);
+  EXPECT_GE(f3, 0.9);
+}
+
+TEST(ThroughputFit, UncertaintyGrowsWithExtrapolation) {
+  const auto m = FitThroughput(MeasureAll(Truth{}, Grid(), 13, 0.03));
+  const double seen = m.Predict(Key(4, 8, 64)).log_sigma;
+  const double far = m.Predict(Key(64, 256, 64)).log_sigma;
+  const double new_bsz = m.Predict(Key(4, 8, 1024)).log_sigma;
+  EXPECT_GT(far, seen);
+  EXPECT_GT(new_bsz, seen);
+}
+
+// Degenerate inputs fit without error, give finite predictions and flag what they cannot see.
+void ExpectUsable(const ThroughputModel& m) {
+  for (const auto& k : {Key(1, 1, 32), Key(1, 4, 64), Key(4, 16, 128), Key(16, 64, 16)}) {
+    const auto p = m.Predict(k);
+    EXPECT_TRUE(std::isfinite(p.step_time) && p.step_time > 0);
+    EXPECT_TRUE(std::isfinite(p.log_sigma) && p.log_sigma > 0);
+    EXPECT_GE(p.step_time, p.compute_time * (1 - 1e-12));
+  }
+  // The JSON of a degenerate fit round-trips too.
+  const auto m2 = ThroughputModel::FromJson(m.ToJson(), "degenerate");
+  EXPECT_DOUBLE_EQ(m2.Predict(Key(4, 16, 128)).step_time, m.Predict(Key(4, 16, 128)).step_time);
+}
+
+TEST(ThroughputDegenerate, OneConfiguration) {
+  const Truth t;
+  std::mt19937 rng(1);
+  const auto m = FitThroughput({Measure(t, Key(2, 4, 64), &rng, 0.0)});
+  ExpectUsable(m);
+  EXPECT_NEAR(m.Predict(Key(2, 4, 64)).step_time / t.Step(Key(2, 4, 64)), 1.0, 0.02);
+  for (int i : {kKappa, kAlphaL, kBetaL}) EXPECT_FALSE(m.identified(i)) << i;
+  // One measurement cannot split compute into alpha_c and beta_c.
+  EXPECT_FALSE(m.identified(kAlphaC) && m.identified(kBetaC));
+}
+
+TEST(ThroughputDegenerate, OneBatchSize) {
+  std::vector<ConfigKey> keys;
+  for (const auto& k : Grid())
+    if (k.local_bsz == 64) keys.push_back(k);
+  const auto m = FitThroughput(MeasureAll(Truth{}, keys, 2, 0.02));
+  ExpectUsable(m);
+  EXPECT_FALSE(m.identified(kKappa));
+  EXPECT_FALSE(m.identified(kAlphaC) && m.identified(kBetaC));
+  EXPECT_TRUE(m.identified(kAlphaN));
+}
+
+TEST(ThroughputDegenerate, OneReplicaOnly) {
+  std::vector<ConfigKey> keys;
+  for (int b : {16, 32, 64, 128, 256}) keys.push_back(Key(1, 1, b));
+  const Truth t;
+  const auto m = FitThroughput(MeasureAll(t, keys, 3, 0.01));
+  ExpectUsable(m);
+  EXPECT_TRUE(m.identified(kAlphaC));
+  EXPECT_TRUE(m.identified(kBetaC));
+  for (int i : {kAlphaL, kBetaL, kAlphaN, kBetaN, kDeltaN, kGamma}) EXPECT_FALSE(m.identified(i)) << i;
+  EXPECT_NEAR(m.Predict(Key(1, 1, 100)).step_time / t.Step(Key(1, 1, 100)), 1.0, 0.03);
+  // Multi-GPU predictions rest on priors: much less certain than the measured kind.
+  EXPECT_GT(m.Predict(Key(4, 16, 64)).log_sigma, 3 * m.Predict(Key(1, 1, 64)).log_sigma);
+}
+
+TEST(ThroughputDegenerate, OneNodeOnly) {
+  std::vector<ConfigKey> keys;
+  for (const auto& k : Grid())
+    if (k.num_nodes == 1) keys.push_back(k);
+  Truth t;  // an all-reduce that overlap cannot hide, so that the data can identify it
+  t.alpha_l = 0.05;
+  t.beta_l = 0.02;
+  const auto m = FitThroughput(MeasureAll(t, keys, 4, 0.02));
+  ExpectUsable(m);
+  EXPECT_TRUE(m.identified(kAlphaL));
+  for (int i : {kBetaN, kDeltaN}) EXPECT_FALSE(m.identified(i)) << i;
+  EXPECT_TRUE(m.node_counts().empty());
+}
+
+TEST(ThroughputJson, RoundTripKeepsPredictions) {
+  const auto data = MeasureAll(Truth{}, Grid(), 9, 0.03);
+  const auto m = FitThroughput(data);
+  const auto j = m.ToJson();
+  EXPECT_EQ(j["schema"], "cloudtune.throughput_model/1");
+  EXPECT_EQ(j["parameters"].size(), static_cast<size_t>(kNumThroughputParams));
+  EXPECT_EQ(j["parameters"][kBetaC]["unit"], "s/sample");
+  EXPECT_TRUE(j["fit"].contains("iterations"));
+  const auto m2 = ThroughputModel::FromJson(nlohmann::json::parse(j.dump()), "m.json");
+  for (const auto& k : {Key(1, 1, 16), Key(3, 9, 64), Key(12, 48, 100)}) {
+    const auto a = m.Predict(k), b = m2.Predict(k);
+    EXPECT_NEAR(a.step_time, b.step_time, 1e-12 * a.step_time);
+    EXPECT_NEAR(a.log_sigma, b.log_sigma, 1e-9);
+  }
+  for (int i = 0; i < kNumThroughputParams; ++i) EXPECT_EQ(m.identified(i), m2.identified(i));
+}
+
+std::string FromJsonError(const nlohmann::json& j) {
+  try {
+    ThroughputModel::FromJson(j, "model.json");
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(ThroughputJson, MalformedModelsAreRejectedWithTheField) {
+  const auto good = FitThroughput(MeasureAll(Truth{}, Grid(), 9, 0.03)).ToJson();
+  EXPECT_EQ(FromJsonError(nlohmann::json::array()), "model.json: not a JSON object");
+  auto j = good;
+  j["schema"] = "other/2";
+  EXPECT_EQ(FromJsonError(j),
+            "model.json: schema is \"other/2\", expected \"cloudtune.throughput_model/1\"");
+  j = good;
+  j.erase("schema");
+  EXPECT_EQ(FromJsonError(j),
+            "model.json: missing \"schema\" (expected \"cloudtune.throughput_model/1\")");
+  j = good;
+  j["parameters"][0]["value"] = -1;
+  EXPECT_EQ(FromJsonError(j), "model.json: parameters[0] (alpha_c).value: must be positive");
+  j = good;
+  j["parameters"][1]["value"] = "fast";
+  EXPECT_EQ(FromJsonError(j), "model.json: parameters[1] (beta_c).value: expected a number");
+  j = good;
+  j["parameters"].erase(2);
+  EXPECT_EQ(FromJsonError(j), "model.json: parameters: missing \"kappa\"");
+  j = good;
+  j["model"].erase("b_ref");
+  EXPECT_EQ(FromJsonError(j), "model.json: model.b_ref: missing");
+  j = good;
+  j["covariance"].erase(0);
+  EXPECT_NE(FromJsonError(j).find("model.json: covariance: expected a "), std::string::npos);
+}
+
+}  // namespace
+}  // namespace cloudtune::estimator

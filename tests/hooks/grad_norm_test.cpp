@@ -1,0 +1,54 @@
+#include "hooks/grad_norm.h"
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+namespace cloudtune::hooks {
+namespace {
+
+double Reference(const std::vector<at::Tensor>& ts) {
+  double s = 0;
+  for (const auto& t : ts) s += t.to(at::kDouble).square().sum().item<double>();
+  return s;
+}
+
+TEST(GradNorm, KernelMatchesReferenceOnOddSizes) {
+  for (int64_t n : {0, 1, 15, 16, 17, 4095, 4096, 4097, 100003}) {
+    at::Tensor t = at::randn({n});
+    EXPECT_NEAR(SumSquares(t.data_ptr<float>(), n), Reference({t}), 1e-6 * (1 + Reference({t})))
+        << n;
+  }
+}
+
+TEST(GradNorm, OnePassOverManyTensorsOfMixedKinds) {
+  std::vector<at::Tensor> ts = {at::randn({3, 5}),           at::randn({7}), at::Tensor(),
+                                at::randn({4, 6}).t(),        // strided
+                                at::randn({9}, at::kDouble),  // other dtype
+                                at::randn({2, 2, 2})};
+  EXPECT_NEAR(SquaredNorm(ts), Reference({ts[0], ts[1], ts[3], ts[4], ts[5]}), 1e-5);
+}
+
+TEST(GradNorm, NonFiniteValuesPropagate) {
+  at::Tensor t = at::ones({10});
+  t[3] = NAN;
+  EXPECT_TRUE(std::isnan(SquaredNorm(t)));
+}
+
+TEST(GradNorm, DotWithPreviousStep) {
+  std::vector<float> prev;
+  at::Tensor a = at::randn({1000}), b = at::randn({1000});
+  double sqr = 0, dot = 0;
+  EXPECT_FALSE(SquaredNormAndDotWithPrevious({a}, &prev, &sqr, &dot));
+  EXPECT_NEAR(sqr, Reference({a}), 1e-4);
+  EXPECT_TRUE(SquaredNormAndDotWithPrevious({b.narrow(0, 0, 400), b.narrow(0, 400, 600)}, &prev,
+                                            &sqr, &dot));
+  EXPECT_NEAR(sqr, Reference({b}), 1e-4);
+  EXPECT_NEAR(dot, (a * b).sum().item<double>(), 1e-3);
+  // A size change starts over.
+  EXPECT_FALSE(SquaredNormAndDotWithPrevious({at::randn({10})}, &prev, &sqr, &dot));
+}
+
+}  // namespace
+}  // namespace cloudtune::hooks

@@ -1,0 +1,89 @@
+#include "search/catalog.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <sstream>
+
+#include "estimator/error.h"
+
+namespace cloudtune::search {
+namespace {
+
+std::map<std::string, GpuSpec> Gpus() {
+  std::istringstream in("gpu_model,fp32_tflops,memory_gib\nT4,8.1,16\nV100,15.7,16\n");
+  return ParseGpuSpecs(in, "g.csv");
+}
+
+std::string ErrorOf(const std::string& csv) {
+  std::istringstream in(csv);
+  try {
+    ParseInstances(in, "c.csv", Gpus());
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+const char* kHeader =
+    "cloud,region,instance_type,gpu_model,gpus,ondemand_usd_per_hour,spot_usd_per_hour\n";
+
+TEST(Catalog, OptionsDefaultsAreValid) {
+  std::string err;
+  EXPECT_TRUE(CatalogOptions{}.IsValid(&err)) << err;
+  CatalogOptions o;
+  o.default_network_gbps = 0;
+  EXPECT_FALSE(o.IsValid(&err));
+}
+
+TEST(Catalog, RevocationRateFromBand) {
+  // p = 1 - exp(-730 λ): 10% per month -> λ = -ln(0.9)/730.
+  EXPECT_NEAR(RevocationRateFromMonthlyShare(0.10), 1.4433e-4, 1e-8);
+  CatalogOptions o;
+  EXPECT_DOUBLE_EQ(BandMidpoint("10-15%", o, ""), 0.125);
+  EXPECT_DOUBLE_EQ(BandMidpoint(">20%", o, ""), 0.30);
+  std::istringstream in(
+      std::string("cloud,region,instance_type,gpu_model,gpus,ondemand_usd_per_hour,"
+                  "spot_usd_per_hour,interruption_band\n") +
+      "aws,us-east-1,x,T4,4,3.912,1.244,10-15%\ngcp,c,y,T4,1,1,0.3,\n");
+  auto ts = ParseInstances(in, "c.csv", Gpus());
+  EXPECT_NEAR(ts[0].revocation_per_hour, -std::log(0.875) / 730, 1e-12);
+  EXPECT_TRUE(ts[0].revocation_measured);
+  EXPECT_FALSE(ts[1].revocation_measured);  // GCP: documented default, flagged
+  EXPECT_DOUBLE_EQ(ts[1].revocation_per_hour, CatalogOptions{}.default_revocation_per_hour);
+  EXPECT_FALSE(ts[1].network_measured);
+}
+
+TEST(Catalog, DefaultCatalogIsEmbedded) {
+  const Catalog& c = DefaultCatalog();
+  EXPECT_EQ(c.types.size(), 95u);
+  int i = c.Find("g4dn.12xlarge");
+  ASSERT_GE(i, 0);
+  EXPECT_EQ(c.types[i].gpus, 4);
+  EXPECT_DOUBLE_EQ(c.types[i].ondemand_per_hour, 3.912);
+  EXPECT_DOUBLE_EQ(c.types[i].spot_per_hour, 1.244);
+  EXPECT_EQ(c.types[i].revocation_source, "spot-advisor 10-15%");
+  EXPECT_NE(c.source.find("shared/data/catalog"), std::string::npos);
+}
+
+TEST(Catalog, BadInputMessages) {
+  EXPECT_EQ(ErrorOf(std::string(kHeader) + "aws,r,a,T4,,1,0.5\n"),
+            "c.csv:2: a: gpus: missing value");
+  EXPECT_EQ(ErrorOf(std::string(kHeader) + "aws,r,a,T4,1,-1,0.5\n"),
+            "c.csv:2: a: ondemand_usd_per_hour: negative value -1");
+  EXPECT_EQ(ErrorOf(std::string(kHeader) + "aws,r,a,T4,1,1,0.5\naws,r,a,T4,1,1,0.5\n"),
+            "c.csv:3: a: instance_type: duplicate instance type");
+  EXPECT_EQ(ErrorOf(std::string(kHeader) + "aws,r,a,Z9,1,1,0.5\n"),
+            "c.csv:2: a: gpu_model: unknown GPU 'Z9'");
+  EXPECT_EQ(ErrorOf(std::string(kHeader) + "aws,r,a,T4,1,1,abc\n"),
+            "c.csv:2: a: spot_usd_per_hour: 'abc' is not a number");
+  EXPECT_EQ(ErrorOf("cloud,region,instance_type,gpu_model,gpus\naws,r,a,T4,1\n"),
+            "c.csv: missing column 'ondemand_usd_per_hour'");
+  EXPECT_EQ(ErrorOf(std::string("cloud,region,instance_type,gpu_model,gpus,ondemand_usd_per_hour,"
+                                "interruption_band\naws,r,a,T4,1,1,30%\n")),
+            "c.csv:2: a: interruption_band: unknown interruption band '30%' (expected <5%, "
+            "5-10%, 10-15%, 15-20% or >20%)");
+}
+
+}  // namespace
+}  // namespace cloudtune::search

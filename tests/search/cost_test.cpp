@@ -1,0 +1,66 @@
+#include "search/cost.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+namespace cloudtune::search {
+namespace {
+
+InstanceType Type() {
+  InstanceType t;
+  t.name = "x";
+  t.gpus = 4;
+  t.ondemand_per_hour = 4.0;
+  t.spot_per_hour = 1.0;
+  t.revocation_per_hour = 0.01;
+  return t;
+}
+
+TEST(Cost, OptionsDefaultsAreValid) {
+  std::string err;
+  EXPECT_TRUE(CostOptions{}.IsValid(&err)) << err;
+  CostOptions o;
+  o.checkpoint_s = 0;
+  EXPECT_FALSE(o.IsValid(&err));
+}
+
+TEST(Cost, PricesByPurchaseOption) {
+  InstanceType t = Type();
+  EXPECT_DOUBLE_EQ(HourlyPrice(t, 3, Purchase::kOnDemand), 12.0);
+  EXPECT_DOUBLE_EQ(HourlyPrice(t, 3, Purchase::kSpot), 3.0);
+  EXPECT_DOUBLE_EQ(HourlyPrice(t, 3, Purchase::kAnchor), 4.0 + 2 * 1.0);  // 1 on-demand anchor
+  EXPECT_DOUBLE_EQ(ClusterRevocationRate(t, 3, Purchase::kSpot), 0.03);
+  EXPECT_DOUBLE_EQ(ClusterRevocationRate(t, 3, Purchase::kAnchor), 0.02);
+  EXPECT_DOUBLE_EQ(ClusterRevocationRate(t, 3, Purchase::kOnDemand), 0.0);
+  t.spot_per_hour = -1;  // no spot offer: spot falls back to on-demand, never revoked
+  EXPECT_DOUBLE_EQ(HourlyPrice(t, 2, Purchase::kSpot), 8.0);
+  EXPECT_DOUBLE_EQ(ClusterRevocationRate(t, 2, Purchase::kSpot), 0.0);
+}
+
+TEST(Cost, YoungDalyInterval) {
+  // sqrt(2 C / λ): C = 36 s, λ = 0.02/h -> sqrt(2 * 0.01 h / 0.02) = 1 h.
+  EXPECT_NEAR(YoungDalyInterval(36, 0.02), 3600.0, 1e-9);
+  EXPECT_TRUE(std::isinf(YoungDalyInterval(36, 0)));
+}
+
+TEST(Cost, ExpectedRunHandComputed) {
+  // W = 10 h, λ = 0.02/h, C = 36 s (0.01 h), R = 360 s (0.1 h): τ = 1 h,
+  // overhead = C/τ + λ (R + τ/2) = 0.01 + 0.02 * 0.6 = 0.022 -> 10.22 h, at $3/h = $30.66.
+  RunEstimate r = EstimateRun(10, 3.0, 0.02, 36, 360);
+  EXPECT_NEAR(r.checkpoint_interval_s, 3600, 1e-9);
+  EXPECT_NEAR(r.hours, 10.22, 1e-12);
+  EXPECT_NEAR(r.cost, 30.66, 1e-12);
+  EXPECT_NEAR(r.revocations, 0.02 * 10.22, 1e-12);
+  RunEstimate od = EstimateRun(10, 12.0, 0, 36, 360);
+  EXPECT_DOUBLE_EQ(od.hours, 10);
+  EXPECT_DOUBLE_EQ(od.cost, 120);
+  // Young/Daly minimises the overhead: other intervals do worse.
+  const double c = 0.01, lam = 0.02, rr = 0.1;
+  auto overhead = [&](double tau) { return c / tau + lam * (rr + tau / 2); };
+  EXPECT_LT(overhead(1.0), overhead(0.8));
+  EXPECT_LT(overhead(1.0), overhead(1.25));
+}
+
+}  // namespace
+}  // namespace cloudtune::search

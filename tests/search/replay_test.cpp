@@ -1,0 +1,104 @@
+#include "search/replay.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "estimator/error.h"
+
+namespace cloudtune::search {
+namespace {
+
+const std::string kScenarios = std::string(CLOUDTUNE_SOURCE_DIR) + "/data/scenarios";
+
+std::string ErrorOf(const nlohmann::json& j) {
+  try {
+    ParseScenario(j, "s.json", kScenarios);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+nlohmann::json Base() {
+  std::ifstream f(kScenarios + "/pollux-cifar10-g4dn.json");
+  nlohmann::json j;
+  f >> j;
+  return j;
+}
+
+TEST(Replay, DeterministicForASeedAndOracleNotBeaten) {
+  Scenario s = LoadScenario(kScenarios + "/pollux-cifar10-g4dn.json");
+  auto a = RunReplay(s, 7), b = RunReplay(s, 7);
+  ASSERT_EQ(a.size(), 7u);
+  double oracle = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].policy, b[i].policy);
+    EXPECT_DOUBLE_EQ(a[i].cost, b[i].cost);
+    EXPECT_DOUBLE_EQ(a[i].makespan_h, b[i].makespan_h);
+    EXPECT_EQ(a[i].switches, b[i].switches);
+    EXPECT_TRUE(a[i].finished);
+    if (a[i].policy == "oracle") oracle = a[i].cost;
+  }
+  ASSERT_GT(oracle, 0);
+  // Nobody beats the oracle by more than the measurement noise (5%).
+  for (auto& r : a) EXPECT_GE(r.cost, oracle * 0.95) << r.policy;
+}
+
+TEST(Replay, CloudtuneBeatsFixedOnDemand) {
+  Scenario s = LoadScenario(kScenarios + "/pollux-imagenet-g4dn.json");
+  auto res = RunReplay(s, 1);
+  double ct = 0, fixed = 0;
+  for (auto& r : res) {
+    if (r.policy == "cloudtune") ct = r.cost;
+    if (r.policy == "fixed-on-demand") fixed = r.cost;
+  }
+  EXPECT_LT(ct, 0.4 * fixed);
+}
+
+TEST(Replay, BadScenarioMessages) {
+  auto j = Base();
+  j["schema"] = "x";
+  EXPECT_EQ(ErrorOf(j), "s.json: schema: expected \"cloudtune.scenario/1\"");
+  j = Base();
+  j["traces"][0]["instance_type"] = "nope";
+  EXPECT_EQ(ErrorOf(j), "s.json: traces[0]: instance_type: 'nope' is not in the catalog");
+  j = Base();
+  j["traces"][0].erase("csv");
+  EXPECT_EQ(ErrorOf(j), "s.json: traces[0]: needs 'csv' or 'gavel'");
+  j = Base();
+  j["start"]["local_bsz"] = 3;
+  EXPECT_EQ(ErrorOf(j),
+            "s.json: start: 2x g4dn.12xlarge (4 GPUs/node) on-demand, batch 3x8 = 24 is not a "
+            "traced configuration");
+  j = Base();
+  j["objective"]["goal"] = "speed";
+  EXPECT_EQ(ErrorOf(j), "s.json: objective: goal: 'speed' (expected cost or time)");
+  j = Base();
+  j["decision_interval_s"] = 0;
+  EXPECT_EQ(ErrorOf(j), "s.json: decision_interval_s: must be > 0");
+  j = Base();
+  j["noise"].erase("validation_csv");
+  EXPECT_EQ(ErrorOf(j), "s.json: noise: missing field 'validation_csv'");
+  j = Base();
+  j["catalog_extra"] = nlohmann::json::array({{{"cloud", "aws"},
+                                               {"region", "r"},
+                                               {"instance_type", "k"},
+                                               {"gpu_model", "K80"},
+                                               {"gpus", 8},
+                                               {"ondemand_usd_per_hour", -7}}});
+  EXPECT_EQ(ErrorOf(j), "s.json: catalog_extra[0]:2: k: ondemand_usd_per_hour: negative value -7");
+  EXPECT_EQ(
+      [] {
+        try {
+          LoadScenario("/nonexistent.json");
+        } catch (const InputError& e) {
+          return std::string(e.what());
+        }
+        return std::string();
+      }(),
+      "/nonexistent.json: cannot open");
+}
+
+}  // namespace
+}  // namespace cloudtune::search

@@ -1,0 +1,239 @@
+#include "search/search.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <sstream>
+
+#include "search/recommend.h"
+
+namespace cloudtune::search {
+namespace {
+
+Catalog SmallCatalog() {
+  std::istringstream g(
+      "gpu_model,fp16_tflops,memory_bandwidth_gbs,memory_gib\nT4,65,300,16\nV100,125,900,16\n");
+  Catalog c;
+  c.gpus = ParseGpuSpecs(g, "g.csv");
+  std::istringstream in(
+      "cloud,region,instance_type,gpu_model,gpus,ondemand_usd_per_hour,spot_usd_per_hour,"
+      "revocation_per_hour,network_gbps\n"
+      "aws,r,t4x4,T4,4,3.9,1.2,0.01,50\n"
+      "aws,r,t4x1,T4,1,0.5,0.2,0.05,5\n"
+      "aws,r,v100x4,V100,4,12.2,2.0,0.03,10\n");
+  c.types = ParseInstances(in, "c.csv", c.gpus);
+  c.source = "test";
+  return c;
+}
+
+// Synthetic workload: compute ∝ local batch / GPU speed, all-reduce grows with replicas.
+Predictor Synthetic() {
+  Predictor p;
+  p.step_time = [](const InstanceType& t, const Config& c) {
+    const double speed = t.gpu_model == "V100" ? 2.0 : 1.0;
+    const double compute = (0.02 + 0.004 * c.local_bsz) / speed * (c.accum_steps + 1);
+    const double sync = c.replicas() > 1 ? 0.05 + 0.01 * c.replicas() * (c.nodes > 1 ? 3 : 1) : 0;
+    return Estimate{compute + sync, 0.0};
+  };
+  p.steps = [](double b) {  // noise scale 2000 samples, 10000 B0-steps at B0 = 32
+    const double s = b / 32, r = 2000.0 / 32;
+    const double gain = (r + 1) / (r / s + 1);
+    return Estimate{10000 / gain, 0.0};
+  };
+  return p;
+}
+
+SearchProblem Problem(const Catalog& c) {
+  SearchProblem p;
+  p.catalog = &c;
+  p.predictor = Synthetic();
+  p.space.max_nodes = 4;
+  p.space.max_accum_steps = 1;
+  p.space.max_local_bsz = 64;
+  p.remaining_progress = 10000;
+  return p;
+}
+
+// Brute force over the same space through Evaluate.
+Evaluation BruteForce(const SearchProblem& p, bool feasible_only) {
+  Evaluation best;
+  best.cost = best.hours = INFINITY;
+  bool found = false;
+  ForEachCandidate(*p.catalog, p.space, [&](const InstanceType& t, const Config& base) {
+    for (Purchase pu : {Purchase::kOnDemand, Purchase::kSpot, Purchase::kAnchor}) {
+      if (pu == Purchase::kAnchor && base.nodes < 2) continue;
+      Config c = base;
+      c.purchase = pu;
+      Evaluation e = Evaluate(p, c);
+      if (feasible_only && !e.feasible) continue;
+      if (!found || e.Objective(p.objective.goal) < best.Objective(p.objective.goal)) best = e;
+      found = true;
+      (void)t;
+    }
+  });
+  return best;
+}
+
+TEST(Search, OptionsDefaultsAreValid) {
+  std::string err;
+  EXPECT_TRUE(SpaceOptions{}.IsValid(&err)) << err;
+  EXPECT_TRUE(ObjectiveOptions{}.IsValid(&err)) << err;
+  EXPECT_TRUE(RecommendOptions{}.IsValid(&err)) << err;
+  SpaceOptions s;
+  s.max_local_bsz = 1;
+  EXPECT_FALSE(s.IsValid(&err));
+  EXPECT_EQ(err, "max_local_bsz must be >= min_local_bsz");
+}
+
+TEST(Search, FindsBruteForceOptimumForEachObjective) {
+  Catalog c = SmallCatalog();
+  for (Goal g : {Goal::kCost, Goal::kTime}) {
+    SearchProblem p = Problem(c);
+    p.objective.goal = g;
+    SearchResult r = Search(p);
+    Evaluation bf = BruteForce(p, true);
+    ASSERT_FALSE(r.top.empty());
+    EXPECT_TRUE(r.top[0].config == bf.config)
+        << r.top[0].config.ToString() << " vs " << bf.config.ToString();
+    EXPECT_DOUBLE_EQ(r.top[0].Objective(g), bf.Objective(g));
+    for (size_t i = 1; i < r.top.size(); ++i)
+      EXPECT_LE(r.top[i - 1].Objective(g), r.top[i].Objective(g));
+  }
+}
+
+TEST(Search, RespectsDeadlineAndBudget) {
+  Catalog c = SmallCatalog();
+  SearchProblem p = Problem(c);
+  Evaluation cheapest = BruteForce(p, true);
+  // Cheapest within a deadline shorter than the cheapest config's time.
+  p.objective.deadline_h = cheapest.hours * 0.5;
+  SearchResult r = Search(p);
+  ASSERT_TRUE(r.top[0].feasible);
+  EXPECT_LE(r.top[0].hours, p.objective.deadline_h);
+  EXPECT_TRUE(r.top[0].config == BruteForce(p, true).config);
+  EXPECT_GT(r.excluded_by_deadline, 0u);
+  // Fastest within a budget.
+  p.objective = {};
+  p.objective.goal = Goal::kTime;
+  p.objective.budget_usd = cheapest.cost * 1.5;
+  r = Search(p);
+  ASSERT_TRUE(r.top[0].feasible);
+  EXPECT_LE(r.top[0].cost, p.objective.budget_usd);
+  EXPECT_TRUE(r.top[0].config == BruteForce(p, true).config);
+  // Space limits.
+  p.space.max_nodes = 2;
+  p.space.max_gpus = 4;
+  p.space.allow_anchor = false;
+  size_t n = 0;
+  ForEachCandidate(c, p.space, [&](const InstanceType&, const Config& cfg) {
+    ++n;
+    EXPECT_LE(cfg.nodes, 2);
+    EXPECT_LE(cfg.replicas(), 4);
+    EXPECT_LE(cfg.local_bsz, 64);
+  });
+  EXPECT_GT(n, 0u);
+  for (const auto& e : Search(p).top) EXPECT_NE(e.config.purchase, Purchase::kAnchor);
+  // An impossible deadline: flagged infeasible, the closest miss is proposed.
+  p.objective = {};
+  p.objective.deadline_h = 1e-6;
+  r = Search(p);
+  EXPECT_FALSE(r.top[0].feasible);
+  EXPECT_EQ(r.feasible, 0u);
+}
+
+TEST(Search, SwitchingCostIsCharged) {
+  Catalog c = SmallCatalog();
+  SearchProblem p = Problem(c);
+  Config cur;
+  cur.type = "t4x4";
+  cur.nodes = 1;
+  cur.gpus_per_node = 4;
+  cur.local_bsz = 32;
+  p.current = &cur;
+  Evaluation same = Evaluate(p, cur);
+  EXPECT_EQ(same.switch_s, 0);
+  Config batch = cur;
+  batch.local_bsz = 64;
+  EXPECT_EQ(Evaluate(p, batch).switch_s, p.cost.batch_switch_s);
+  Config other = cur;
+  other.purchase = Purchase::kSpot;
+  Evaluation e = Evaluate(p, other);
+  EXPECT_EQ(e.switch_s, p.cost.switch_s);
+  p.current = nullptr;
+  EXPECT_NEAR(e.hours - Evaluate(p, other).hours, p.cost.switch_s / 3600, 1e-12);
+}
+
+TEST(Search, ParetoFrontIsNonDominated) {
+  Catalog c = SmallCatalog();
+  SearchProblem p = Problem(c);
+  auto front = ParetoFront(p);
+  ASSERT_GE(front.size(), 2u);
+  for (size_t i = 1; i < front.size(); ++i) {
+    EXPECT_GE(front[i].hours, front[i - 1].hours);
+    EXPECT_LT(front[i].cost, front[i - 1].cost);
+  }
+  EXPECT_DOUBLE_EQ(front.back().cost, BruteForce(p, false).cost);
+}
+
+TEST(Search, ProjectionUsesSpecRatios) {
+  Catalog c = SmallCatalog();
+  const InstanceType& t4 = c.types[c.Find("t4x4")];
+  const InstanceType& v = c.types[c.Find("v100x4")];
+  // compute 1.0 s scales by sqrt(65/125 * 300/900); sync 0.2 s by network 50/10 on 2 nodes.
+  Estimate e = ProjectStepTime(c, t4, v, 1.2, 0.2, 2);
+  EXPECT_NEAR(e.value, std::sqrt(65.0 / 125 * 300.0 / 900) + 0.2 * 5, 1e-12);
+  EXPECT_DOUBLE_EQ(e.log_sigma, 0.25);
+  EXPECT_GT(Flopp(c, t4, Purchase::kSpot), Flopp(c, t4, Purchase::kOnDemand));
+}
+
+TEST(Decide, MeasuresUncertainTypeOnlyWhenItCanPayOff) {
+  Catalog c = SmallCatalog();
+  Config cur;
+  cur.type = "t4x4";
+  cur.gpus_per_node = 4;
+  cur.local_bsz = 32;
+  cur.purchase = Purchase::kSpot;
+  auto run = [&](double v100_sigma, double remaining_scale) {
+    SearchProblem p = Problem(c);
+    p.space.allow_anchor = false;
+    p.space.types = {"t4x4", "v100x4"};
+    Predictor base = Synthetic();
+    p.predictor.step_time = [base, v100_sigma](const InstanceType& t, const Config& cfg) {
+      Estimate e = base.step_time(t, cfg);
+      if (t.gpu_model == "V100") {  // unmeasured: projected slower than it may be
+        e.value *= 1.4;
+        e.log_sigma = v100_sigma;
+      }
+      return e;
+    };
+    p.predictor.steps = [base, remaining_scale](double b) {
+      Estimate e = base.steps(b);
+      e.value *= remaining_scale;
+      return e;
+    };
+    p.current = &cur;
+    RecommendOptions o;
+    return Decide(p, o, [](const Config& cfg) { return cfg.type != "v100x4"; });
+  };
+  // Certain projection: nothing to learn.
+  EXPECT_NE(run(0.0, 1).action, Recommendation::Action::kMeasure);
+  // Uncertain and a long job ahead: the expected improvement pays for the measurement.
+  Recommendation r = run(0.6, 500);
+  EXPECT_EQ(r.best.config.type, "t4x4") << r.reason;
+  EXPECT_EQ(r.action, Recommendation::Action::kMeasure) << r.reason;
+  EXPECT_EQ(r.proposed.config.type, "v100x4");
+  EXPECT_GT(r.expected_improvement, r.measurement_cost);
+  // Same uncertainty but almost done: not worth it.
+  EXPECT_NE(run(0.6, 0.01).action, Recommendation::Action::kMeasure);
+}
+
+TEST(Decide, ExpectedImprovementClosedForm) {
+  EXPECT_DOUBLE_EQ(ExpectedImprovement(10, 8, 0), 2);
+  EXPECT_DOUBLE_EQ(ExpectedImprovement(10, 12, 0), 0);
+  // Monte-Carlo-free check: symmetric case median = incumbent, EI grows with sigma.
+  EXPECT_GT(ExpectedImprovement(10, 10, 0.5), ExpectedImprovement(10, 10, 0.1));
+  EXPECT_NEAR(ExpectedImprovement(10, 10, 1e-3), 10 * 1e-3 / std::sqrt(2 * M_PI), 1e-4);
+}
+
+}  // namespace
+}  // namespace cloudtune::search
