@@ -47,18 +47,26 @@ std::vector<Measurement> Synthetic(int n) {
   return out;
 }
 
+// range(1) = 1: with the covariance (log_sigma, identified flags), the default; 0: without.
 void BM_FitThroughput(benchmark::State& state) {
   const auto data = Synthetic(static_cast<int>(state.range(0)));
+  cloudtune::estimator::ThroughputFitOptions options;
+  options.compute_uncertainty = state.range(1) != 0;
   int iterations = 0;
   for (auto _ : state) {
-    auto model = cloudtune::estimator::FitThroughput(data);
+    auto model = cloudtune::estimator::FitThroughput(data, options);
     iterations = model.stats().iterations;
     benchmark::DoNotOptimize(model);
   }
   state.counters["configs"] = static_cast<double>(data.size());
   state.counters["solver_iterations"] = iterations;
 }
-BENCHMARK(BM_FitThroughput)->Arg(10)->Arg(100)->Arg(1000)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_FitThroughput)
+    ->Args({10, 1})
+    ->Args({100, 1})
+    ->Args({1000, 1})
+    ->Args({1000, 0})
+    ->Unit(benchmark::kMillisecond);
 
 void BM_Predict(benchmark::State& state) {
   const auto data = Synthetic(200);

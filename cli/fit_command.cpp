@@ -65,9 +65,9 @@ void RunPredict(const PredictArgs& a) {
   for (const auto& m : data) {
     const auto p = model.Predict(m.key, m.max_gpus_per_node);
     out << m.key.num_nodes << "," << m.key.num_replicas << "," << m.key.local_bsz << ","
-        << m.key.accum_steps << "," << p.step_time << "," << p.compute_time << ","
-        << p.sync_time << "," << p.throughput << "," << p.log_sigma << "," << m.step_time << ","
-        << m.sync_time << "," << m.key.instance_type << "\n";
+        << m.key.accum_steps << "," << p.step_time << "," << p.compute_time << "," << p.sync_time
+        << "," << p.throughput << "," << p.log_sigma << "," << m.step_time << "," << m.sync_time
+        << "," << m.key.instance_type << "\n";
   }
   std::cout << out.str();
 }
@@ -102,8 +102,9 @@ void RegisterFitCommands(CLI::App& app) {
   fit->add_option("--node-effect-sigma", fa->options.node_effect_sigma,
                   "Prior std. dev. of the per-node-count all-reduce effects (log scale)")
       ->capture_default_str();
-  fit->add_option("--placement-effect-sigma", fa->options.placement_effect_sigma,
-                  "Prior std. dev. of the per-(num_nodes, num_replicas) all-reduce effects (log scale)")
+  fit->add_option(
+         "--placement-effect-sigma", fa->options.placement_effect_sigma,
+         "Prior std. dev. of the per-(num_nodes, num_replicas) all-reduce effects (log scale)")
       ->capture_default_str();
   fit->add_option("--batch-effect-sigma", fa->options.batch_effect_sigma,
                   "Prior std. dev. of the per-batch-size compute effects (log scale)")

@@ -124,8 +124,7 @@ void RegisterSearchCommands(CLI::App& app) {
   rec->add_option("--catalog", ra->catalog,
                   "Catalog CSV replacing the embedded one (prefix '+' to extend it); default "
                   "$CLOUDTUNE_CATALOG");
-  rec->add_option("--objective", ra->objective, "cost or time")
-      ->check(CLI::IsMember({"cost", "time"}));
+  rec->add_option("--objective", ra->objective, "cost or time (default cost)");
   rec->add_option("--deadline", ra->deadline, "Deadline in hours (0 = none)");
   rec->add_option("--budget", ra->budget, "Budget in USD (0 = none)");
   rec->add_option("--target-progress", ra->target, "Target progress (B0-steps)")->required();
@@ -140,9 +139,30 @@ void RegisterSearchCommands(CLI::App& app) {
   rec->add_option("--max-local-bsz", ra->max_local_bsz, "Largest per-GPU batch (default 256)");
   rec->add_option("--max-accum", ra->max_accum, "Most accumulation micro-steps (default 3)");
   rec->add_flag("--pareto", ra->pareto, "Add the (time, cost) Pareto front to the JSON");
-  rec->add_option("--format", ra->format, "json or table")->check(CLI::IsMember({"json", "table"}));
+  rec->add_option("--format", ra->format, "json or table (default json)");
   rec->add_option("-o,--output", ra->out, "Write to this file instead of stdout");
   rec->callback([ra]() {
+    // Validated here (not by CLI11) so that every bad value gets "cloudtune: error: ..." and
+    // exit 1.
+    if (ra->objective != "cost" && ra->objective != "time")
+      throw InputError("--objective: '" + ra->objective + "' (expected cost or time)");
+    if (ra->format != "json" && ra->format != "table")
+      throw InputError("--format: '" + ra->format + "' (expected json or table)");
+    auto non_negative = [](double v, const char* flag) {
+      if (!(v >= 0) || !std::isfinite(v)) {
+        std::ostringstream m;
+        m << flag << ": must be >= 0, got " << v;
+        throw InputError(m.str());
+      }
+    };
+    non_negative(ra->deadline, "--deadline");
+    non_negative(ra->budget, "--budget");
+    non_negative(ra->progress, "--progress");
+    if (!(ra->target > 0) || !std::isfinite(ra->target)) {
+      std::ostringstream m;
+      m << "--target-progress: must be > 0, got " << ra->target;
+      throw InputError(m.str());
+    }
     search::Catalog catalog = search::ResolveCatalog(ra->catalog);
     search::RecommendRequest req;
     req.profile = estimator::ReadTraces(ra->profile);
@@ -223,9 +243,11 @@ void RegisterSearchCommands(CLI::App& app) {
   auto pa = std::make_shared<RepArgs>();
   rep->add_option("scenario", pa->scenarios, "Scenario JSON file(s)")->required();
   rep->add_option("--seeds", pa->seeds, "Override the scenario seeds");
-  rep->add_option("--format", pa->format, "table or json")->check(CLI::IsMember({"table", "json"}));
+  rep->add_option("--format", pa->format, "table or json (default table)");
   rep->add_option("-o,--output", pa->out, "Write to this file instead of stdout");
   rep->callback([pa]() {
+    if (pa->format != "json" && pa->format != "table")
+      throw InputError("--format: '" + pa->format + "' (expected table or json)");
     std::ostringstream os;
     nlohmann::json jr;
     jr["schema"] = "cloudtune.replay/1";

@@ -17,13 +17,13 @@ namespace detail {
 namespace {
 
 constexpr int kC = kNumThroughputParams;  // core parameters
-constexpr int kJ = kC + 3;  // Jet size: core + this row's node, placement and batch effects
-constexpr double kLogMin = -20.7;         // log(1e-9 s)
-constexpr double kLogMax = 9.2;           // log(1e4 s)
+constexpr int kJ = kC + 3;         // Jet size: core + this row's node, placement and batch effects
+constexpr double kLogMin = -20.7;  // log(1e-9 s)
+constexpr double kLogMax = 9.2;    // log(1e4 s)
 constexpr double kKappaMin = 0.3, kKappaMax = 3.0;
 constexpr double kGammaMin = 1.0, kGammaMax = 10.0;
 constexpr double kEffectMax = 2.0;
-  // |log multiplier| of an effect
+// |log multiplier| of an effect
 
 bool IsLogParam(int i) { return i != kKappa && i != kGamma; }
 
@@ -150,8 +150,13 @@ class StepGroupCost : public ceres::CostFunction {
  public:
   StepGroupCost(const Row* rows, int count, int n_batch, double inv_sigma, double huber_k,
                 CoreCache* cache)
-      : rows_(rows), count_(count), n_batch_(n_batch), has_node_(rows[0].node_index >= 0),
-        inv_sigma_(inv_sigma), huber_k_(huber_k), cache_(cache) {
+      : rows_(rows),
+        count_(count),
+        n_batch_(n_batch),
+        has_node_(rows[0].node_index >= 0),
+        inv_sigma_(inv_sigma),
+        huber_k_(huber_k),
+        cache_(cache) {
     set_num_residuals(count);
     auto* sizes = mutable_parameter_block_sizes();
     sizes->push_back(kC);
@@ -226,7 +231,7 @@ class StepGroupCost : public ceres::CostFunction {
       if (!jacobians) continue;
       // d log(step) = (1 - w) dlog tc + w (dlogt_dlogtc dlog tc + dlogt_dlogtn dlog tn + ... dg)
       const double k = slope * inv_sigma_;
-      const double ktc = k * ((1.0 - w) + w * dlogt_dlogtc) / tc;  // per unit of tc
+      const double ktc = k * ((1.0 - w) + w * dlogt_dlogtc) / tc;   // per unit of tc
       const double ktn = tn > 0 ? k * w * dlogt_dlogtn / tn : 0.0;  // per unit of tn
       if (jc) {
         double* j = jc + i * kC;
@@ -351,8 +356,8 @@ double Median(std::vector<double> v) {
 }  // namespace detail
 
 const char* ThroughputParamName(int i) {
-  static const char* kNames[] = {"alpha_c", "beta_c",  "kappa",   "alpha_l", "beta_l",
-                                 "alpha_n", "beta_n",  "delta_n", "gamma"};
+  static const char* kNames[] = {"alpha_c", "beta_c", "kappa",   "alpha_l", "beta_l",
+                                 "alpha_n", "beta_n", "delta_n", "gamma"};
   return (i >= 0 && i < kNumThroughputParams) ? kNames[i] : "?";
 }
 
@@ -461,12 +466,18 @@ StepPrediction ThroughputModel::Predict(const ConfigKey& key, int gpus_per_node)
   for (int i = 0; i < kC; ++i) g.emplace_back(i, step.v[i] / step.a);
   double var = noise_sigma_ * noise_sigma_;
   const double gn = step.v[kC] / step.a, gb = step.v[kC + 2] / step.a;
-  if (ni >= 0) g.emplace_back(ni, gn);
-  else if (net) var += gn * gn * node_effect_sigma_ * node_effect_sigma_;
-  if (pi >= 0) g.emplace_back(pi, gn);
-  else if (net) var += gn * gn * placement_effect_sigma_ * placement_effect_sigma_;
-  if (bi >= 0) g.emplace_back(bi, gb);
-  else var += gb * gb * batch_effect_sigma_ * batch_effect_sigma_;
+  if (ni >= 0)
+    g.emplace_back(ni, gn);
+  else if (net)
+    var += gn * gn * node_effect_sigma_ * node_effect_sigma_;
+  if (pi >= 0)
+    g.emplace_back(pi, gn);
+  else if (net)
+    var += gn * gn * placement_effect_sigma_ * placement_effect_sigma_;
+  if (bi >= 0)
+    g.emplace_back(bi, gb);
+  else
+    var += gb * gb * batch_effect_sigma_ * batch_effect_sigma_;
   if (covariance_.size() == n * n)
     for (const auto& [i, gi] : g)
       for (const auto& [j, gj] : g) var += gi * covariance_[i * n + j] * gj;
@@ -523,14 +534,15 @@ nlohmann::json ThroughputModel::ToJson() const {
                   {"identified", static_cast<bool>(identified_[i])},
                   {"sigma", param_sigma(i)}});
   }
-  j["node_effects"] = ne;    // log multipliers of T_n
+  j["node_effects"] = ne;       // log multipliers of T_n
   j["placement_effects"] = pe;  // log multipliers of T_n
-  j["batch_effects"] = be;   // log multipliers of T_c
+  j["batch_effects"] = be;      // log multipliers of T_c
   const size_t n = theta_.size();
   nlohmann::json cov = nlohmann::json::array();
   for (size_t r = 0; r < n; ++r) {
     nlohmann::json row = nlohmann::json::array();
-    for (size_t c = 0; c < n; ++c) row.push_back(covariance_.empty() ? 0.0 : covariance_[r * n + c]);
+    for (size_t c = 0; c < n; ++c)
+      row.push_back(covariance_.empty() ? 0.0 : covariance_[r * n + c]);
     cov.push_back(row);
   }
   j["covariance"] = cov;  // of [log/linear core parameters | node | placement | batch effects]
@@ -579,7 +591,8 @@ ThroughputModel ThroughputModel::FromJson(const nlohmann::json& j, const std::st
   if (m.noise_sigma_ < 0 || m.node_effect_sigma_ < 0 || m.placement_effect_sigma_ < 0 ||
       m.batch_effect_sigma_ < 0)
     fail("model: sigmas must be >= 0");
-  if (!j.contains("parameters") || !j["parameters"].is_array()) fail("missing array \"parameters\"");
+  if (!j.contains("parameters") || !j["parameters"].is_array())
+    fail("missing array \"parameters\"");
   std::vector<double> core(kC, 0);
   std::vector<bool> core_id(kC, false), seen(kC, false);
   const auto& ps = j["parameters"];
@@ -702,8 +715,7 @@ ThroughputModel FitThroughput(const std::vector<Measurement>& data,
     v->erase(std::unique(v->begin(), v->end()), v->end());
   }
   std::sort(m.placements_.begin(), m.placements_.end());
-  m.placements_.erase(std::unique(m.placements_.begin(), m.placements_.end()),
-                      m.placements_.end());
+  m.placements_.erase(std::unique(m.placements_.begin(), m.placements_.end()), m.placements_.end());
   const int n_node = static_cast<int>(m.node_counts_.size());
   const int n_batch = static_cast<int>(m.batch_sizes_.size());
   const int n_place = static_cast<int>(m.placements_.size());
@@ -906,8 +918,7 @@ ThroughputModel FitThroughput(const std::vector<Measurement>& data,
   for (const Row& r : rows) {
     double tc, step;
     Times(th, r.node_index >= 0 ? node_eff[r.node_index] + place_eff[r.place_index] : 0.0,
-          batch_eff[r.batch_index],
-          r.nodes, r.replicas, r.b, r.log_b_rel, r.accum, &tc, &step);
+          batch_eff[r.batch_index], r.nodes, r.replicas, r.b, r.log_b_rel, r.accum, &tc, &step);
     const double lr = std::log(step) - r.log_step;
     ss += lr * lr;
     const double ape = std::abs(std::exp(lr) - 1.0);
@@ -965,8 +976,8 @@ ThroughputModel FitThroughput(const std::vector<Measurement>& data,
       for (int c = 0; c < n_par; ++c) m.covariance_[r * n_par + c] = s2 * post(r, c);
     const double ndof = std::max(0, n - p_eff);
     m.noise_sigma_ = std::max(
-        0.005, std::sqrt((ss + kPriorDof * options.obs_sigma * options.obs_sigma) /
-                         (ndof + kPriorDof)));
+        0.005,
+        std::sqrt((ss + kPriorDof * options.obs_sigma * options.obs_sigma) / (ndof + kPriorDof)));
   }
 
   auto& st = m.stats_;

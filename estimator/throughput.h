@@ -19,9 +19,9 @@
 // batch_effect[b], node_effect[N] and placement_effect[N, R] are random effects (one per batch
 // size, node count and (N, R) pair seen in the data, shrunk towards 0 by a prior): they absorb
 // what the smooth form misses (kernel choices at some batch sizes, network topology at some node
-// counts and placements); unseen values use 0 and the prior's variance. Fitted on log(step time) of every configuration and log(compute
-// time) per batch size, with a Huber loss, weak log-normal priors (so that parameters the data
-// cannot identify stay sensible) and bounds.
+// counts and placements); unseen values use 0 and the prior's variance. Fitted on log(step time) of
+// every configuration and log(compute time) per batch size, with a Huber loss, weak log-normal
+// priors (so that parameters the data cannot identify stay sensible) and bounds.
 #pragma once
 
 #include <array>
@@ -95,16 +95,16 @@ struct ThroughputFitOptions {
 
 // What the fit did.
 struct ThroughputFitStats {
-  int configurations = 0;        // configurations fitted
-  int residuals = 0;             // data residuals (step per configuration + compute per batch)
-  int iterations = 0;            // solver iterations
-  double seconds = 0;            // wall time of the fit
-  double initial_cost = 0;       // Ceres cost at the start and the end
+  int configurations = 0;   // configurations fitted
+  int residuals = 0;        // data residuals (step per configuration + compute per batch)
+  int iterations = 0;       // solver iterations
+  double seconds = 0;       // wall time of the fit
+  double initial_cost = 0;  // Ceres cost at the start and the end
   double final_cost = 0;
-  double rms_log_step = 0;       // RMS of log(predicted/measured step time) on the fitted data
-  double mape_step = 0;          // mean |predicted - measured| / measured step time (fitted data)
-  double max_ape_step = 0;       // worst of the above
-  std::string termination;       // Ceres termination type
+  double rms_log_step = 0;  // RMS of log(predicted/measured step time) on the fitted data
+  double mape_step = 0;     // mean |predicted - measured| / measured step time (fitted data)
+  double max_ape_step = 0;  // worst of the above
+  std::string termination;  // Ceres termination type
 };
 
 class ThroughputModel {
@@ -137,8 +137,9 @@ class ThroughputModel {
   const std::vector<std::pair<int, int>>& placements() const { return placements_; }
   const std::vector<int>& batch_sizes() const { return batch_sizes_; }
 
-  // Internal representation: theta = [core | node | placement | batch effects]; core[i] = log(value)
-  // for positive parameters, value for kappa and gamma. covariance_ is theta's, row-major.
+  // Internal representation: theta = [core | node | placement | batch effects]; core[i] =
+  // log(value) for positive parameters, value for kappa and gamma. covariance_ is theta's,
+  // row-major.
   const std::vector<double>& theta() const { return theta_; }
 
  private:
@@ -150,12 +151,12 @@ class ThroughputModel {
   std::vector<double> theta_;
   std::vector<double> covariance_;
   std::vector<bool> identified_;
-  std::vector<int> node_counts_;  // sorted node counts (>= 2) with an effect
+  std::vector<int> node_counts_;                 // sorted node counts (>= 2) with an effect
   std::vector<std::pair<int, int>> placements_;  // sorted (N, R), N >= 2, with an effect
-  std::vector<int> batch_sizes_;  // sorted batch sizes with an effect
+  std::vector<int> batch_sizes_;                 // sorted batch sizes with an effect
   double b_ref_ = 1;
   double noise_sigma_ = 0.05;
-  double node_effect_sigma_ = 0.1;   // prior std of an unseen node count's effect
+  double node_effect_sigma_ = 0.1;  // prior std of an unseen node count's effect
   double placement_effect_sigma_ = 0.1;
   double batch_effect_sigma_ = 0.1;  // prior std of an unseen batch size's effect
   ThroughputFitStats stats_;

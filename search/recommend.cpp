@@ -355,12 +355,20 @@ std::string Recommendation::ToTable() const {
   std::ostringstream s;
   s << "action: " << ActionName(action) << "  (objective: " << GoalName(goal) << ")\n"
     << "reason: " << reason << "\n\n";
-  s << std::left << std::setw(10) << "" << std::setw(62) << "configuration" << std::right
+  size_t width = 16;  // the configuration column fits the longest description
+  auto widen = [&](const Evaluation& e) {
+    width = std::max(width, e.config.ToString().size() + 2);
+  };
+  if (has_current) widen(current);
+  widen(proposed);
+  for (const auto& a : alternatives) widen(a);
+  const int w = static_cast<int>(width);
+  s << std::left << std::setw(10) << "" << std::setw(w) << "configuration" << std::right
     << std::setw(14) << "hours" << std::setw(14) << "cost" << std::setw(9) << "±" << std::setw(12)
     << "goodput"
     << "\n";
   auto row = [&](const std::string& label, const Evaluation& e) {
-    s << std::left << std::setw(10) << label << std::setw(62) << e.config.ToString() << std::right
+    s << std::left << std::setw(10) << label << std::setw(w) << e.config.ToString() << std::right
       << std::setw(14) << Hours(e.hours) << std::setw(14) << Money(e.cost) << std::setw(8)
       << std::fixed << std::setprecision(1) << 100 * e.log_sigma << "%" << std::setw(12)
       << std::setprecision(2) << e.goodput << (e.feasible ? "" : "  (misses a constraint)") << "\n";

@@ -12,7 +12,6 @@
 #include <string>
 #include <vector>
 
-
 namespace {
 
 struct Result {
@@ -101,8 +100,8 @@ TEST(FitCli, RoundTripOnAShippedTrace) {
 
 TEST(FitCli, BothTraceFormatsAndSeveralFiles) {
   const std::string model = TmpDir() + "/two.json";
-  Result f = RunCli("fit " + kPollux + "bert/placements.csv " + kPollux + "bert/scalability.csv -o " +
-                 model);
+  Result f = RunCli("fit " + kPollux + "bert/placements.csv " + kPollux +
+                    "bert/scalability.csv -o " + model);
   ASSERT_EQ(f.status, 0) << f.err;
   const auto j = nlohmann::json::parse(Slurp(model));
   EXPECT_EQ(j["fit"]["configurations"], 350);
@@ -136,16 +135,16 @@ TEST(FitCli, BadTraces) {
   const std::string nocol =
       Write("nocol.csv", "num_nodes,num_replicas,local_bsz,step_time\n1,1,32,0.5\n");
   ExpectFitError(nocol, nocol + ":1: missing column 'sync_time'");
-  const std::string text = Write(
-      "text.csv", "num_nodes,num_replicas,local_bsz,step_time,sync_time\n1,1,32,abc,0.1\n");
+  const std::string text =
+      Write("text.csv", "num_nodes,num_replicas,local_bsz,step_time,sync_time\n1,1,32,abc,0.1\n");
   ExpectFitError(text, text + ":2:4: step_time: 'abc' is not a finite number");
-  const std::string neg = Write(
-      "neg.csv", "num_nodes,num_replicas,local_bsz,step_time,sync_time\n1,2,32,0.5,-0.1\n");
+  const std::string neg =
+      Write("neg.csv", "num_nodes,num_replicas,local_bsz,step_time,sync_time\n1,2,32,0.5,-0.1\n");
   ExpectFitError(neg, neg + ":2:5: sync_time: -0.1 is negative");
   const std::string empty = Write("empty.csv", "");
   ExpectFitError(empty, empty + ":1: empty file (no header)");
-  const std::string sync = Write(
-      "sync.csv", "placement,local_bsz,step_time,sync_time\n12,32,0.5,0.7\n");
+  const std::string sync =
+      Write("sync.csv", "placement,local_bsz,step_time,sync_time\n12,32,0.5,0.7\n");
   ExpectFitError(sync, sync +
                            ":2:4: sync_time: configuration (num_nodes=2, num_replicas=3, "
                            "local_bsz=32, accum_steps=0) has mean sync_time 0.7 >= step_time 0.5");

@@ -14,8 +14,8 @@ namespace {
 
 // Ground truth written out independently of the implementation.
 struct Truth {
-  double alpha_c = 0.02, beta_c_per_sample = 5e-4;  // T_c = alpha_c + beta_c * b (kappa = 1)
-  double alpha_l = 0.004, beta_l = 0.002;            // one machine
+  double alpha_c = 0.02, beta_c_per_sample = 5e-4;       // T_c = alpha_c + beta_c * b (kappa = 1)
+  double alpha_l = 0.004, beta_l = 0.002;                // one machine
   double alpha_n = 0.05, beta_n = 0.02, delta_n = 0.03;  // network
   double gamma = 2.0;
 
@@ -98,9 +98,7 @@ TEST(ThroughputOptions, InvalidValuesAreNamed) {
   EXPECT_THROW(FitThroughput(MeasureAll(Truth{}, Grid(), 1, 0.01), o), InputError);
 }
 
-TEST(ThroughputFit, EmptyInputThrows) {
-  EXPECT_THROW(FitThroughput({}), InputError);
-}
+TEST(ThroughputFit, EmptyInputThrows) { EXPECT_THROW(FitThroughput({}), InputError); }
 
 TEST(ThroughputFit, RecoversKnownParameters) {
   const Truth t;
@@ -217,7 +215,8 @@ TEST(ThroughputDegenerate, OneReplicaOnly) {
   ExpectUsable(m);
   EXPECT_TRUE(m.identified(kAlphaC));
   EXPECT_TRUE(m.identified(kBetaC));
-  for (int i : {kAlphaL, kBetaL, kAlphaN, kBetaN, kDeltaN, kGamma}) EXPECT_FALSE(m.identified(i)) << i;
+  for (int i : {kAlphaL, kBetaL, kAlphaN, kBetaN, kDeltaN, kGamma})
+    EXPECT_FALSE(m.identified(i)) << i;
   EXPECT_NEAR(m.Predict(Key(1, 1, 100)).step_time / t.Step(Key(1, 1, 100)), 1.0, 0.03);
   // Multi-GPU predictions rest on priors: much less certain than the measured kind.
   EXPECT_GT(m.Predict(Key(4, 16, 64)).log_sigma, 3 * m.Predict(Key(1, 1, 64)).log_sigma);

@@ -1,0 +1,331 @@
+// `cloudtune recommend` / `cloudtune replay` end to end: runs the built binary and checks stdout,
+// stderr and the exit status, and that the CLI's numbers are the library's (search::Recommend).
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "estimator/trace.h"
+#include "search/catalog.h"
+#include "search/recommend.h"
+
+namespace {
+
+struct Result {
+  int status = -1;
+  std::string out, err;
+};
+
+std::string Slurp(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+std::string TmpDir() {
+  static std::string dir = [] {
+    char tmpl[] = "/tmp/search_cli_test.XXXXXX";
+    const char* d = ::mkdtemp(tmpl);
+    return std::string(d ? d : "/tmp");
+  }();
+  return dir;
+}
+
+Result RunCli(const std::string& args) {
+  ::unsetenv("CLOUDTUNE_CATALOG");  // the embedded catalog, as in the in-process calls
+  const std::string out = TmpDir() + "/out", err = TmpDir() + "/err";
+  const std::string cmd =
+      std::string(CLOUDTUNE_BIN_DIR) + "/cloudtune " + args + " >" + out + " 2>" + err;
+  const int rc = std::system(cmd.c_str());
+  Result r;
+  r.status = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+  r.out = Slurp(out);
+  r.err = Slurp(err);
+  return r;
+}
+
+std::string Write(const std::string& name, const std::string& text) {
+  const std::string p = TmpDir() + "/" + name;
+  std::ofstream(p) << text;
+  return p;
+}
+
+const std::string kPollux = std::string(CLOUDTUNE_SHARED_DIR) + "/data/traces/pollux-t4/";
+const std::string kScenarios = std::string(CLOUDTUNE_SOURCE_DIR) + "/data/scenarios/";
+
+// A profile a running job could have recorded: the cifar10 configurations on 1-2 nodes of the
+// shipped Pollux T4 trace (g4dn.12xlarge), in the plugin's trace format.
+std::string Profile() {
+  static const std::string path = [] {
+    auto all = cloudtune::estimator::ReadTraces({kPollux + "cifar10/placements.csv"});
+    std::vector<cloudtune::estimator::Measurement> kept;
+    for (auto m : all)
+      if (m.key.num_nodes <= 2) {
+        m.key.instance_type = "g4dn.12xlarge";
+        kept.push_back(m);
+      }
+    std::ostringstream s;
+    cloudtune::estimator::WriteTrace(s, kept);
+    return Write("profile.csv", s.str());
+  }();
+  return path;
+}
+
+const char* kCommon = " --gns 0.02,0.6,128 --target-progress 20000";
+
+// What `recommend --profile PROFILE --gns kGns --target-progress 20000 [--objective o]` asks.
+cloudtune::search::Recommendation InProcess(cloudtune::search::Goal goal, double budget) {
+  cloudtune::search::RecommendRequest req;
+  req.profile = cloudtune::estimator::ReadTraces({Profile()});
+  req.noise = cloudtune::estimator::NoiseState{};
+  req.noise->grad_sqr = 0.02;
+  req.noise->grad_var = 0.6;
+  req.noise->base_batch = 128;
+  static const cloudtune::search::Catalog catalog = cloudtune::search::ResolveCatalog("");
+  req.catalog = &catalog;
+  req.options.objective.goal = goal;
+  req.options.objective.budget_usd = budget;
+  req.options.target_progress = 20000;
+  return cloudtune::search::Recommend(req);
+}
+
+void ExpectEvaluationFields(const nlohmann::json& e, const std::string& what) {
+  for (const char* k :
+       {"config", "description", "step_time_s", "throughput", "steps", "goodput", "price_per_hour",
+        "hours", "hours_range", "cost_usd", "cost_range", "log_sigma", "switch_s",
+        "expected_revocations", "checkpoint_interval_s", "feasible"})
+    EXPECT_TRUE(e.contains(k)) << what << " lacks " << k;
+  for (const char* k : {"instance_type", "nodes", "gpus_per_node", "replicas", "local_bsz",
+                        "accum_steps", "global_batch", "purchase"})
+    EXPECT_TRUE(e["config"].contains(k)) << what << ".config lacks " << k;
+  EXPECT_GT(e["cost_usd"].get<double>(), 0) << what;
+  EXPECT_GT(e["hours"].get<double>(), 0) << what;
+  EXPECT_LE(e["cost_range"][0].get<double>(), e["cost_usd"].get<double>()) << what;
+  EXPECT_GE(e["cost_range"][1].get<double>(), e["cost_usd"].get<double>()) << what;
+}
+
+TEST(RecommendCli, JsonHasTheDocumentedFieldsAndTheLibrarysNumbers) {
+  Result r = RunCli("recommend --profile " + Profile() + kCommon);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["schema"], "cloudtune.recommendation/1");
+  EXPECT_EQ(j["objective"], "cost");
+  EXPECT_TRUE(j["action"] == "keep" || j["action"] == "switch" || j["action"] == "measure");
+  EXPECT_FALSE(j["reason"].get<std::string>().empty());
+  EXPECT_GT(j["candidates_evaluated"].get<size_t>(), 100000u);
+  EXPECT_NE(j["catalog"].get<std::string>().find("embedded"), std::string::npos);
+  ExpectEvaluationFields(j["current"], "current");
+  ExpectEvaluationFields(j["proposed"], "proposed");
+  ExpectEvaluationFields(j["best_predicted"], "best_predicted");
+  ASSERT_FALSE(j["alternatives"].empty());
+  for (const auto& a : j["alternatives"]) ExpectEvaluationFields(a, "alternative");
+  // The current configuration defaults to the profile's most-measured one, on demand.
+  EXPECT_EQ(j["current"]["config"]["instance_type"], "g4dn.12xlarge");
+  EXPECT_EQ(j["current"]["config"]["purchase"], "on-demand");
+  // Cheapest: the proposal costs no more than the current configuration.
+  EXPECT_LE(j["best_predicted"]["cost_usd"].get<double>(), j["current"]["cost_usd"].get<double>());
+
+  // Same inputs in-process give the same numbers (the CLI adds nothing of its own).
+  const auto lib = InProcess(cloudtune::search::Goal::kCost, 0);
+  const auto lj = lib.ToJson();
+  EXPECT_EQ(j["action"], lj["action"]);
+  EXPECT_EQ(j["proposed"]["description"], lj["proposed"]["description"]);
+  EXPECT_DOUBLE_EQ(j["proposed"]["cost_usd"].get<double>(), lib.proposed.cost);
+  EXPECT_DOUBLE_EQ(j["proposed"]["hours"].get<double>(), lib.proposed.hours);
+  EXPECT_DOUBLE_EQ(j["proposed"]["step_time_s"].get<double>(), lib.proposed.step_time_s);
+  EXPECT_DOUBLE_EQ(j["current"]["cost_usd"].get<double>(), lib.current.cost);
+  EXPECT_DOUBLE_EQ(j["current"]["goodput"].get<double>(), lib.current.goodput);
+  EXPECT_EQ(j["candidates_evaluated"].get<size_t>(), lib.evaluated);
+  EXPECT_EQ(j, lj);  // and everything else too
+}
+
+TEST(RecommendCli, TimeObjectiveWithABudgetMatchesTheLibrary) {
+  Result r = RunCli("recommend --profile " + Profile() + kCommon + " --objective time --budget 5");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["objective"], "time");
+  EXPECT_LE(j["proposed"]["cost_usd"].get<double>(), 5.0);
+  const auto lib = InProcess(cloudtune::search::Goal::kTime, 5);
+  EXPECT_EQ(j, lib.ToJson());
+  // Faster than the cost-optimal proposal.
+  const auto cost = InProcess(cloudtune::search::Goal::kCost, 0);
+  EXPECT_LE(lib.proposed.hours, cost.proposed.hours);
+}
+
+TEST(RecommendCli, TableFormat) {
+  Result r = RunCli("recommend --profile " + Profile() + kCommon + " --format table");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto lib = InProcess(cloudtune::search::Goal::kCost, 0);
+  EXPECT_EQ(r.out, lib.ToTable());
+  EXPECT_EQ(r.out.rfind("action: ", 0), 0u) << r.out;
+  for (const char* s : {"\nreason: ", "configuration", "hours", "cost", "goodput", "\ncurrent ",
+                        "\nproposed ", "\nalt 1 ", "candidates evaluated; catalog: "})
+    EXPECT_NE(r.out.find(s), std::string::npos) << s << "\n" << r.out;
+  // Columns line up: every row of the table has "h" (hours) at the same column.
+  std::istringstream in(r.out);
+  size_t col = std::string::npos;
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("current ", 0) && line.rfind("proposed ", 0) && line.rfind("alt ", 0)) continue;
+    const size_t h = line.find(" h ");
+    ASSERT_NE(h, std::string::npos) << line;
+    if (col == std::string::npos) col = h;
+    EXPECT_EQ(h, col) << line;
+  }
+}
+
+TEST(RecommendCli, BadInputs) {
+  const std::string ok = "recommend --profile " + Profile() + kCommon;
+  struct Case {
+    std::string args, message;
+  };
+  const std::string bad_catalog = Write("bad_catalog.csv",
+                                        "cloud,region,instance_type,gpu_model,gpus,"
+                                        "ondemand_usd_per_hour,spot_usd_per_hour\n"
+                                        "aws,r,x.big,T4,4,3.9,1.2\n"
+                                        "aws,r,y.big,T4,4,-3,1\n");
+  const std::string unknown_gpu = Write("gpu_catalog.csv",
+                                        "cloud,region,instance_type,gpu_model,gpus,"
+                                        "ondemand_usd_per_hour\n"
+                                        "aws,r,z.big,Z9,4,3.9\n");
+  const std::vector<Case> cases = {
+      {"recommend --profile /nonexistent/profile.csv" + std::string(kCommon),
+       "cloudtune: error: /nonexistent/profile.csv: cannot open\n"},
+      {ok + " --objective speed",
+       "cloudtune: error: --objective: 'speed' (expected cost or time)\n"},
+      {ok + " --budget -5", "cloudtune: error: --budget: must be >= 0, got -5\n"},
+      {ok + " --deadline -1", "cloudtune: error: --deadline: must be >= 0, got -1\n"},
+      {ok + " --format xml", "cloudtune: error: --format: 'xml' (expected json or table)\n"},
+      {"recommend --profile " + Profile() + " --gns 0.02,0.6 --target-progress 20000",
+       "cloudtune: error: --gns: expected grad_sqr,grad_var,B0, got '0.02,0.6'\n"},
+      {"recommend --profile " + Profile() + " --gns 0.02,abc,128 --target-progress 20000",
+       "cloudtune: error: --gns grad_var: 'abc' is not a number\n"},
+      {"recommend --profile " + Profile() + " --gns 0.02,0.6,0 --target-progress 20000",
+       "cloudtune: error: --gns: grad_sqr and grad_var must be >= 0 and B0 > 0\n"},
+      {"recommend --profile " + Profile() + " --gns /nonexistent/gns.json --target-progress 1",
+       "cloudtune: error: /nonexistent/gns.json: cannot open\n"},
+      {"recommend --profile " + Profile() + " --gns 0.02,0.6,128 --target-progress 0",
+       "cloudtune: error: --target-progress: must be > 0, got 0\n"},
+      {ok + " --catalog " + bad_catalog,
+       "cloudtune: error: " + bad_catalog +
+           ":3: y.big: ondemand_usd_per_hour: negative value -3\n"},
+      {ok + " --catalog " + unknown_gpu,
+       "cloudtune: error: " + unknown_gpu + ":2: z.big: gpu_model: unknown GPU 'Z9'\n"},
+      {ok + " --current nope.large:1:4:32",
+       "cloudtune: error: current configuration: instance type 'nope.large' is not in the "
+       "catalog\n"},
+      {ok + " --current g4dn.12xlarge:1:4",
+       "cloudtune: error: --current: expected "
+       "TYPE:NODES:GPUS_PER_NODE:LOCAL_BSZ[:ACCUM[:PURCHASE]]"
+       ", got 'g4dn.12xlarge:1:4'\n"},
+  };
+  for (const auto& c : cases) {
+    Result r = RunCli(c.args);
+    EXPECT_EQ(r.status, 1) << c.args;
+    EXPECT_EQ(r.err, c.message) << c.args;
+    EXPECT_EQ(r.out, "") << c.args;
+  }
+}
+
+// ---- replay ------------------------------------------------------------------------------------
+
+std::string Scenario(const nlohmann::json& patch, const std::vector<std::string>& erase,
+                     const std::string& name) {
+  std::ifstream f(kScenarios + "pollux-cifar10-g4dn.json");
+  nlohmann::json j;
+  f >> j;
+  // Paths in the shipped file are relative to its folder: make them absolute for a copy in /tmp.
+  for (auto& p : j["traces"][0]["csv"]) p = kScenarios + p.get<std::string>();
+  j["noise"]["validation_csv"] = kScenarios + j["noise"]["validation_csv"].get<std::string>();
+  j.merge_patch(patch);
+  for (const auto& k : erase) j.erase(k);
+  return Write(name, j.dump(2));
+}
+
+TEST(ReplayCli, DeterministicForASeed) {
+  const std::string path = kScenarios + "pollux-cifar10-g4dn.json";
+  Result a = RunCli("replay " + path + " --seeds 5");
+  Result b = RunCli("replay " + path + " --seeds 5");
+  ASSERT_EQ(a.status, 0) << a.err;
+  ASSERT_EQ(b.status, 0) << b.err;
+  EXPECT_EQ(a.out, b.out);
+  for (const char* p : {"cloudtune", "oracle", "fixed-on-demand", "cheapest-spot", "fastest-first",
+                        "deepvm-flopp", "pollux-goodput", "summary over 1 runs"})
+    EXPECT_NE(a.out.find(p), std::string::npos) << p;
+  // JSON output: the same numbers, every policy finished, the oracle's cost is the reference.
+  Result j1 = RunCli("replay " + path + " --seeds 5 --format json");
+  Result j2 = RunCli("replay " + path + " --seeds 5 --format json");
+  ASSERT_EQ(j1.status, 0) << j1.err;
+  EXPECT_EQ(j1.out, j2.out);
+  const auto j = nlohmann::json::parse(j1.out);
+  EXPECT_EQ(j["schema"], "cloudtune.replay/1");
+  ASSERT_EQ(j["runs"].size(), 1u);
+  EXPECT_EQ(j["runs"][0]["seed"], 5);
+  double oracle = 0;
+  for (const auto& p : j["runs"][0]["policies"]) {
+    EXPECT_TRUE(p["finished"].get<bool>()) << p["policy"];
+    if (p["policy"] == "oracle") oracle = p["cost_usd"].get<double>();
+  }
+  ASSERT_GT(oracle, 0);
+  for (const auto& p : j["runs"][0]["policies"]) {
+    EXPECT_DOUBLE_EQ(p["cost_vs_oracle"].get<double>(), p["cost_usd"].get<double>() / oracle);
+    EXPECT_GE(p["cost_usd"].get<double>(), 0.95 * oracle) << p["policy"];
+  }
+  // Another seed is a different run (measurement noise), but still deterministic.
+  Result c = RunCli("replay " + path + " --seeds 6 --format json");
+  ASSERT_EQ(c.status, 0) << c.err;
+  EXPECT_NE(c.out, j1.out);
+}
+
+TEST(ReplayCli, BadScenarios) {
+  const std::string malformed = Write("malformed.json", "{\"schema\": \"cloudtune.scenario/1\",\n");
+  const std::string no_start = Scenario({}, {"start"}, "no_start.json");
+  const std::string no_traces = Scenario({}, {"traces"}, "no_traces.json");
+  const std::string bad_goal = Scenario({{"objective", {{"goal", "speed"}}}}, {}, "goal.json");
+  const std::string bad_seeds = Scenario({{"seeds", {-1}}}, {}, "seeds.json");
+  const std::string bad_type =
+      Scenario({{"start", {{"instance_type", "p3.2xlarge"}}}}, {}, "start_type.json");
+  const std::string bad_extra = Scenario(
+      {{"catalog_extra",
+        {{{"cloud", "aws"}, {"region", "r"}, {"instance_type", "g4dn.12xlarge"}, {"gpus", 4}}}}},
+      {}, "extra.json");
+  struct Case {
+    std::string args, message;
+  };
+  const std::vector<Case> cases = {
+      {"replay /nonexistent/s.json", "cloudtune: error: /nonexistent/s.json: cannot open\n"},
+      {"replay " + malformed,
+       "cloudtune: error: " + malformed +
+           ": not JSON: [json.exception.parse_error.101] parse error at line 2, column 1: syntax "
+           "error while parsing object key - unexpected end of input; expected string literal\n"},
+      {"replay " + no_start, "cloudtune: error: " + no_start + ": start: missing\n"},
+      {"replay " + no_traces, "cloudtune: error: " + no_traces + ": traces: missing or empty\n"},
+      {"replay " + bad_goal,
+       "cloudtune: error: " + bad_goal + ": objective: goal: 'speed' (expected cost or time)\n"},
+      {"replay " + bad_seeds,
+       "cloudtune: error: " + bad_seeds + ": seeds: not a non-negative integer\n"},
+      {"replay " + bad_type,
+       "cloudtune: error: " + bad_type +
+           ": start: 2x p3.2xlarge (4 GPUs/node) on-demand, batch 64x8 = 512 is not a traced "
+           "configuration\n"},
+      {"replay " + bad_extra,
+       "cloudtune: error: " + bad_extra + ": catalog_extra[0]: missing column 'gpu_model'\n"},
+      {"replay " + kScenarios + "pollux-cifar10-g4dn.json --format xml",
+       "cloudtune: error: --format: 'xml' (expected table or json)\n"},
+  };
+  for (const auto& c : cases) {
+    Result r = RunCli(c.args);
+    EXPECT_EQ(r.status, 1) << c.args;
+    EXPECT_EQ(r.err, c.message) << c.args;
+    EXPECT_EQ(r.out, "") << c.args;
+  }
+}
+
+}  // namespace

@@ -1,0 +1,99 @@
+"""End to end from Python: examples/train_fashion_mnist.py under torchrun with 2 Gloo workers on
+127.0.0.1. With CLOUDTUNE=1 the sidecar has start / measurement / end records (every line parses)
+and a finite positive noise scale; with CLOUDTUNE unset there is no sidecar. A restart from the
+checkpoint continues the step count.
+
+    CLOUDTUNE_LIBRARY=build/lib/libcloudtune_plugin.so /usr/bin/python3 tests/python/torchrun_test.py
+"""
+
+import json
+import math
+import os
+import pathlib
+import socket
+import subprocess
+import sys
+import tempfile
+import unittest
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+EXAMPLE = REPO / "examples" / "train_fashion_mnist.py"
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def torchrun(tmp, tuner, *args, timeout=120):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CLOUDTUNE")}
+    env["CLOUDTUNE_LIBRARY"] = os.environ.get("CLOUDTUNE_LIBRARY") or str(
+        REPO / "build/lib/libcloudtune_plugin.so")
+    env["OMP_NUM_THREADS"] = "1"
+    if tuner:
+        env.update(CLOUDTUNE="1", CLOUDTUNE_MEASURE_EVERY="10", CLOUDTUNE_WARMUP_STEPS="2")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+           "--master_addr", "127.0.0.1", "--master_port", str(free_port()), str(EXAMPLE),
+           "--log-every", "20", "--test-limit", "2000", *args]
+    r = subprocess.run(cmd, cwd=tmp, env=env, capture_output=True, text=True, timeout=timeout)
+    if r.returncode != 0:
+        raise AssertionError(f"{' '.join(cmd)} exited {r.returncode}\n{r.stdout}\n{r.stderr}")
+    return r
+
+
+def sidecar(tmp):
+    path = pathlib.Path(tmp) / "cloudtune.sidecar.jsonl"
+    lines = path.read_text().splitlines()
+    recs = []
+    for i, line in enumerate(lines, 1):
+        try:
+            recs.append(json.loads(line))
+        except ValueError as e:
+            raise AssertionError(f"{path}:{i}: not JSON ({e}): {line[:200]}")
+    return recs
+
+
+class TorchrunTest(unittest.TestCase):
+    def test_tuner_on_writes_sidecar(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            r = torchrun(tmp, True, "--steps", "60", "--batch", "32")
+            self.assertIn("test accuracy", r.stdout)
+            recs = sidecar(tmp)
+            kinds = [rec["kind"] for rec in recs]
+            self.assertEqual(kinds[0], "start", kinds)
+            self.assertEqual(kinds[-1], "end", kinds)
+            self.assertGreaterEqual(kinds.count("measurement"), 5, kinds)
+            for rec in recs:
+                self.assertEqual(rec["schema"], "cloudtune.sidecar/1")
+            start = recs[0]
+            self.assertEqual(start["world_size"], 2)
+            meas = [rec for rec in recs if rec["kind"] == "measurement"]
+            for m in meas:
+                self.assertEqual(m["config"]["num_replicas"], 2)
+                self.assertEqual(m["config"]["local_bsz"], 32)
+                self.assertGreater(m["step_time"]["mean"], 0)
+                self.assertGreaterEqual(m["sync_time"]["mean"], 0)
+                self.assertLess(m["sync_time"]["mean"], m["step_time"]["mean"])
+            end = recs[-1]
+            self.assertEqual(end["steps"], 60)
+            self.assertTrue(end["noise_scale"] is not None and math.isfinite(end["noise_scale"])
+                            and end["noise_scale"] > 0, end)
+            self.assertFalse(end["biased"])  # two replicas: the unbiased estimator
+            self.assertGreaterEqual(end["skipped_steps"], 0)
+            self.assertGreater(meas[-1]["gns_steps"], 40)  # one noise sample per step
+            profile = (pathlib.Path(tmp) / "cloudtune.profile.csv").read_text().splitlines()
+            self.assertGreaterEqual(len(profile), 2, profile)
+
+    def test_tuner_off_writes_nothing_and_resumes(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            ck = str(pathlib.Path(tmp) / "ck.pt")
+            torchrun(tmp, False, "--steps", "30", "--checkpoint", ck)
+            r = torchrun(tmp, False, "--steps", "20", "--checkpoint", ck, "--batch", "48")
+            self.assertEqual(list(pathlib.Path(tmp).glob("cloudtune.*")), [])
+            self.assertIn("resumed from", r.stdout)
+            self.assertIn("(50 in all)", r.stdout)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
