@@ -37,8 +37,9 @@ struct Args {
   double norm_mb = 256;
 };
 
-double g_scalar_allreduce = 0;  // seconds, measured by rank 0 with --world >= 2
-int64_t g_numel = 0;            // gradient floats
+double g_scalar_allreduce = 0;   // seconds, measured by rank 0 with --world >= 2
+int64_t g_numel = 0;             // gradient floats
+double g_hook_cost[2] = {0, 0};  // seconds per step: single replica, several replicas
 
 // One replica's share of the interleaved run: returns per-block mean step times, [mode][block].
 void Replica(int rank, const Args& a, c10d::ProcessGroup* pg, const std::string& dir,
@@ -49,6 +50,7 @@ void Replica(int rank, const Args& a, c10d::ProcessGroup* pg, const std::string&
   g_numel = fg.numel;
   torch::optim::SGD opt(net->parameters(), torch::optim::SGDOptions(0.01).momentum(0.9));
   torch::Tensor accum;
+  std::filesystem::create_directories(dir);
   cloudtune::service::Options on_opt;
   on_opt.enabled = true;
   on_opt.sidecar = dir + "/bench.sidecar.jsonl";
@@ -159,8 +161,47 @@ void StepOverhead(const Args& a) {
         "  the slot element in the gradient buffer adds 4 bytes to a %.0f KB all-reduce\n",
         1e3 * g_scalar_allreduce, 100 * g_scalar_allreduce / m_off,
         4.0 * static_cast<double>(g_numel) / 1024);
+  const double hook = g_hook_cost[a.world == 1 ? 0 : 1];
+  if (hook > 0)
+    std::printf("  hooks alone / step time off: %.3f%% (the plugin's own cost)\n",
+                100 * hook / m_off);
   std::printf("  paired block ratio: mean %+.2f%% +- %.2f%% (std err)\n", 100 * dm,
               100 * sd / std::sqrt(static_cast<double>(diff.size())));
+}
+
+// The hooks' own cost per step, timed in isolation on gradients of the example's size: what the
+// plugin adds to every step, free of the step-to-step noise of a shared machine.
+void HookCost(int64_t numel, int world) {
+  const std::string dir = (std::filesystem::temp_directory_path() / "cloudtune-bench" /
+                           ("hooks" + std::to_string(world)))
+                              .string();
+  std::filesystem::create_directories(dir);
+  cloudtune::service::Options o;
+  o.enabled = true;
+  o.sidecar = dir + "/s.jsonl";
+  o.profile = dir + "/p.csv";
+  o.log_level = "error";
+  cloudtune::plugin::Plugin p(o);
+  p.Start({0, world, 0, 64, 1});
+  at::Tensor local = at::randn({numel}), reduced = at::randn({numel});
+  const int iters = 2000;
+  double best = 1e30;
+  for (int rep = 0; rep < 5; ++rep) {
+    const auto t0 = Clock::now();
+    for (int i = 0; i < iters; ++i) {
+      p.StepBegin();
+      const double slot = p.GradsLocal({local});
+      p.SyncBegin();
+      p.SyncEnd();
+      p.GradsReduced({reduced}, slot);
+      p.StepEnd(64, 1);
+    }
+    best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count() / iters);
+  }
+  p.Finish();
+  std::printf("  hooks alone, %d replica(s)%s: %.1f us per step (best of 5 x %d steps)\n", world,
+              world == 1 ? " (consecutive mode: norm+dot+copy)" : "", 1e6 * best, iters);
+  g_hook_cost[world == 1 ? 0 : 1] = best;
 }
 
 void NormBandwidth(const Args& a) {
@@ -228,6 +269,15 @@ int main(int argc, char** argv) {
     return 2;
   }
   NormBandwidth(a);
+  {
+    torch::manual_seed(1);
+    Net net;
+    int64_t numel = 0;
+    for (auto& p : net->parameters()) numel += p.numel();
+    std::printf("hook cost on the example's %lld gradient floats\n", static_cast<long long>(numel));
+    HookCost(numel, 1);
+    HookCost(numel, 2);
+  }
   StepOverhead(a);
   return 0;
 }

@@ -25,7 +25,7 @@ constexpr double kGammaMin = 1.0, kGammaMax = 10.0;
 constexpr double kEffectMax = 2.0;
 // |log multiplier| of an effect
 
-bool IsLogParam(int i) { return i != kKappa && i != kGamma; }
+bool IsLogParam(int i) { return i != kKappa && i != kGamma && i != kZetaC; }
 
 inline double Scalar(double x) { return x; }
 template <typename J>
@@ -57,8 +57,9 @@ void Times(const T* th, const T& node_eff, const T& batch_eff, int nodes, int re
            double log_b_rel, int accum, T* tc_out, T* step_out) {
   using std::exp;
   using std::log;
+  const double g1 = double(replicas) / double(std::max(1, nodes)) - 1.0;  // extra GPUs per machine
   T tc = (exp(th[kAlphaC]) + exp(th[kBetaC]) * b * exp((th[kKappa] - 1.0) * log_b_rel)) *
-         exp(batch_eff);
+         exp(batch_eff + th[kZetaC] * g1);
   T t = tc;
   if (replicas >= 2) {
     T tn;
@@ -201,14 +202,17 @@ class StepGroupCost : public ceres::CostFunction {
       }
       log_tn = std::log(tn);
     }
+    // Compute slows down with the GPUs sharing a machine: tc *= exp(zeta_c * (g - 1)).
+    const double g1 = double(r0.replicas) / r0.nodes - 1.0;
+    const double eg = std::exp(th[kZetaC] * g1);
     for (int i = 0; i < count_; ++i) {
       const Row& r = rows_[i];
       const int bi = r.batch_index;
-      const double tc = c.tc[bi];
-      double log_t = c.log_tc[bi], dlogt_dlogtc = 1, dlogt_dlogtn = 0, dlogt_dgamma = 0;
+      const double tc = c.tc[bi] * eg, log_tc = c.log_tc[bi] + th[kZetaC] * g1;
+      double log_t = log_tc, dlogt_dlogtc = 1, dlogt_dlogtn = 0, dlogt_dgamma = 0;
       if (r.replicas >= 2) {
         // log T = log tc + softplus(gamma * log(tn/tc)) / gamma
-        const double lr = log_tn - c.log_tc[bi];
+        const double lr = log_tn - log_tc;
         const double u = gamma * lr;
         const double eu = std::exp(-std::abs(u));
         const double sp = std::max(u, 0.0) + std::log1p(eu);
@@ -236,10 +240,11 @@ class StepGroupCost : public ceres::CostFunction {
       if (jc) {
         double* j = jc + i * kC;
         for (int q = 0; q < kC; ++q) j[q] = ktn * d_tn[q];
-        j[kAlphaC] = ktc * c.exp_alpha_c * c.eb[bi];
-        j[kBetaC] = ktc * c.bk[bi] * c.eb[bi];
-        j[kKappa] = ktc * c.bk[bi] * c.eb[bi] * c.log_b_rel[bi];
+        j[kAlphaC] = ktc * c.exp_alpha_c * c.eb[bi] * eg;
+        j[kBetaC] = ktc * c.bk[bi] * c.eb[bi] * eg;
+        j[kKappa] = ktc * c.bk[bi] * c.eb[bi] * eg * c.log_b_rel[bi];
         j[kGamma] = k * w * dlogt_dgamma;
+        j[kZetaC] = ktc * tc * g1;
       }
       if (jn) jn[i] = ktn * tn;
       if (jp) jp[i] = ktn * tn;
@@ -285,6 +290,7 @@ class ComputeCost : public ceres::CostFunction {
   struct Item {
     int batch_index;
     double b, log_b_rel, target, scale;
+    double mean_g1;  // mean (GPUs per machine - 1) of the configurations averaged
   };
   ComputeCost(std::vector<Item> items, int n_batch, double huber_k)
       : items_(std::move(items)), n_batch_(n_batch), huber_k_(huber_k) {
@@ -304,7 +310,7 @@ class ComputeCost : public ceres::CostFunction {
       const J be(p[1][it.batch_index], kC);
       J tc, step;
       Times(th, zero, be, 1, 1, it.b, it.log_b_rel, 0, &tc, &step);
-      const J res = (log(tc) - it.target) * it.scale;
+      const J res = (log(tc) + th[kZetaC] * it.mean_g1 - it.target) * it.scale;
       double slope;
       residuals[k] = Robust(res.a, huber_k_, &slope);
       if (!std::isfinite(residuals[k])) return false;
@@ -357,12 +363,12 @@ double Median(std::vector<double> v) {
 
 const char* ThroughputParamName(int i) {
   static const char* kNames[] = {"alpha_c", "beta_c", "kappa",   "alpha_l", "beta_l",
-                                 "alpha_n", "beta_n", "delta_n", "gamma"};
+                                 "alpha_n", "beta_n", "delta_n", "gamma",   "zeta_c"};
   return (i >= 0 && i < kNumThroughputParams) ? kNames[i] : "?";
 }
 
 const char* ThroughputParamUnit(int i) {
-  static const char* kUnits[] = {"s", "s/sample", "1", "s", "s", "s", "s", "s", "1"};
+  static const char* kUnits[] = {"s", "s/sample", "1", "s", "s", "s", "s", "s", "1", "1"};
   return (i >= 0 && i < kNumThroughputParams) ? kUnits[i] : "?";
 }
 
@@ -490,7 +496,8 @@ nlohmann::json ThroughputModel::ToJson() const {
   j["schema"] = "cloudtune.throughput_model/1";
   j["model"] = {
       {"form",
-       "T_c = (alpha_c + beta_c*b*(b/b_ref)^(kappa-1))*exp(batch_effect[b]); T_n = 0 (R=1), "
+       "T_c = (alpha_c + beta_c*b*(b/b_ref)^(kappa-1))*exp(batch_effect[b] + zeta_c*(R/N-1)); "
+       "T_n = 0 (R=1), "
        "alpha_l + beta_l*(R-2) (N=1), (alpha_n + beta_n*log(R/2) + "
        "delta_n*(R/N-1)/(N-1))*exp(node_effect[N] + placement_effect[N,R]) (N>=2); "
        "T = (T_c^gamma + "
@@ -733,6 +740,7 @@ ThroughputModel FitThroughput(const std::vector<Measurement>& data,
   bs.reserve(data.size());
   // Per batch size: sum of log(compute per micro-step) and count.
   std::vector<std::pair<double, int>> comp(n_batch, {0.0, 0});
+  std::vector<double> comp_g1(n_batch, 0.0);
   for (const auto& d : data) {
     Row r;
     r.nodes = std::max(1, d.key.num_nodes);
@@ -753,6 +761,7 @@ ThroughputModel FitThroughput(const std::vector<Measurement>& data,
     const double tc = std::max(d.step_time - d.sync_time, 1e-3 * d.step_time) / (r.accum + 1);
     comp[r.batch_index].first += std::log(tc);
     comp[r.batch_index].second += 1;
+    comp_g1[r.batch_index] += double(r.replicas) / r.nodes - 1.0;
     tc_all.push_back(tc);
     bs.push_back(r.b);
     if (r.replicas >= 2) (r.nodes == 1 ? sync_node : sync_net).push_back(d.sync_time);
@@ -805,6 +814,7 @@ ThroughputModel FitThroughput(const std::vector<Measurement>& data,
       {kAlphaL, kAlphaN, std::log(0.1), 2.0 * ps},
       {kBetaL, kAlphaL, std::log(0.1), 2.0 * ps},
       {kGamma, -1, 2.0, 1.5 * ps},
+      {kZetaC, -1, 0.0, 0.05 * ps},
   };
   const int num_priors = static_cast<int>(prior->priors.size());
 
@@ -819,6 +829,7 @@ ThroughputModel FitThroughput(const std::vector<Measurement>& data,
   th[kBetaN] = std::log(0.1 * alpha_n0);
   th[kDeltaN] = std::log(0.2 * alpha_n0);
   th[kGamma] = 2.0;
+  th[kZetaC] = 0.0;
   for (int i = 0; i < kC; ++i)
     if (IsLogParam(i)) th[i] = std::clamp(th[i], kLogMin + 1, kLogMax - 1);
   double* node_eff = th + kC;
@@ -866,7 +877,8 @@ ThroughputModel FitThroughput(const std::vector<Measurement>& data,
       const double b = m.batch_sizes_[k];
       if (comp[k].second == 0) continue;  // no compute measurement at this batch size
       items.push_back({k, b, std::log(b / b_ref), comp[k].first / comp[k].second,
-                       std::sqrt(comp[k].second * options.compute_weight) / options.obs_sigma});
+                       std::sqrt(comp[k].second * options.compute_weight) / options.obs_sigma,
+                       comp_g1[k] / comp[k].second});
     }
     if (!items.empty()) {
       n_data_res += static_cast<int>(items.size());
@@ -889,6 +901,7 @@ ThroughputModel FitThroughput(const std::vector<Measurement>& data,
     double lo = kLogMin, hi = kLogMax;
     if (i == kKappa) lo = kKappaMin, hi = kKappaMax;
     if (i == kGamma) lo = kGammaMin, hi = kGammaMax;
+    if (i == kZetaC) lo = -0.5, hi = 0.5;
     problem.SetParameterLowerBound(th, i, lo);
     problem.SetParameterUpperBound(th, i, hi);
   }

@@ -8,7 +8,9 @@
 //   nlohmann::json j = m.ToJson();  ThroughputModel m2 = ThroughputModel::FromJson(j, "name");
 //
 // Model form (b = local batch, s = accum_steps, R = replicas, N = nodes, g = R/N):
-//   compute     T_c = (alpha_c + beta_c * b * (b / b_ref)^(kappa - 1)) * exp(batch_effect[b])
+//   compute     T_c = (alpha_c + beta_c * b * (b / b_ref)^(kappa - 1))
+//                     * exp(batch_effect[b] + zeta_c * (g - 1))
+//                     (zeta_c: GPUs of one machine contend for PCIe, CPU and data loading)
 //                     (kappa < 1: the GPU is under-used at small b; kappa > 1: super-linear)
 //   all-reduce  T_n = 0                                               R = 1
 //                   = alpha_l + beta_l * (R - 2)                      N = 1, R >= 2 (one machine)
@@ -56,6 +58,7 @@ enum ThroughputParam : int {
   kBetaN,       // s         all-reduce time growth with log(R/2) over the network
   kDeltaN,      // s         extra all-reduce time per additional GPU sharing a NIC (at N = 2)
   kGamma,       // 1         overlap of compute and all-reduce (1 = none, large = full)
+  kZetaC,       // 1         log slow-down of compute per additional GPU sharing a machine
   kNumThroughputParams
 };
 // The core parameters' names (as in MODEL.json) and units.

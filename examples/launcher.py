@@ -68,6 +68,36 @@ def proposal(rec):
     return body.get("action", "switch"), replicas, bsz * (accum + 1), desc
 
 
+def cli_recommendation(a, env, recs, nproc, batch, base_samples):
+    """The offline path: `cloudtune recommend` on the job's recorded profile and latest noise
+    measurement (the same search the in-job tuner runs), as a recommendation record, or None."""
+    meas = [r for r in recs if r.get("kind") == "measurement" and r.get("grad_sqr") is not None
+            and r.get("grad_var") is not None]
+    profile = env.get("CLOUDTUNE_PROFILE", "")
+    if not meas or not os.path.exists(profile):
+        return None
+    m = meas[-1]
+    b0 = float(m.get("base_batch") or 1)
+    progress = (base_samples + m["step"] * m["config"]["global_batch"]) / b0
+    target = a.target_epochs * a.dataset_size / b0
+    cmd = [a.recommend_cli, "recommend", "--profile", profile,
+           "--gns", f"{m['grad_sqr']},{m['grad_var']},{b0}",
+           "--target-progress", str(target), "--progress", str(min(progress, 0.99 * target)),
+           "--current", f"{a.instance_type}:1:{nproc}:{batch}", "--objective", a.objective,
+           "--max-nodes", "1", "--min-local-bsz", str(a.min_batch),
+           "--max-local-bsz", str(a.max_batch), "--max-accum", "0"]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        print(f"launcher: {' '.join(cmd)} failed: {r.stderr.strip()}", flush=True)
+        return None
+    try:
+        doc = json.loads(r.stdout)
+    except ValueError as e:
+        print(f"launcher: cloudtune recommend printed no JSON ({e})", flush=True)
+        return None
+    return {"kind": "recommendation", "step": m["step"], "source": "cloudtune recommend", **doc}
+
+
 def checkpoint_state(path):
     if not os.path.exists(path):
         return {}
@@ -96,6 +126,17 @@ def main():
                     help="let a configuration run at least this long before switching away")
     ap.add_argument("--max-segments", type=int, default=6)
     ap.add_argument("--max-restarts", type=int, default=1, help="torchrun's restarts on failure")
+    ap.add_argument("--instance-type", default="local",
+                    help="what this machine counts as (CLOUDTUNE_INSTANCE_TYPE; a catalog type "
+                    "such as g4dn.12xlarge lets the search price it)")
+    ap.add_argument("--recommend-cli", default="",
+                    help="path of the `cloudtune` CLI: when the job writes no recommendation "
+                    "records, run `cloudtune recommend` on its profile every --recommend-every s")
+    ap.add_argument("--recommend-every", type=float, default=10)
+    ap.add_argument("--objective", default="cost", choices=["cost", "time"])
+    ap.add_argument("--target-epochs", type=float, default=1,
+                    help="the job's target, for --recommend-cli's progress (epochs)")
+    ap.add_argument("--dataset-size", type=int, default=60000, help="samples per epoch")
     ap.add_argument("train_args", nargs=argparse.REMAINDER,
                     help="-- then the training script's own flags")
     a = ap.parse_args()
@@ -113,6 +154,7 @@ def main():
     env.setdefault("CLOUDTUNE_SIDECAR", str(sidecar))
     env.setdefault("CLOUDTUNE_PROFILE", str(work / "cloudtune.profile.csv"))
     env.setdefault("CLOUDTUNE_STATE", str(work / "cloudtune.state.json"))
+    env.setdefault("CLOUDTUNE_INSTANCE_TYPE", a.instance_type)
     sidecar = pathlib.Path(env["CLOUDTUNE_SIDECAR"])
 
     nproc, batch = min(a.nproc, a.max_procs), a.batch
@@ -121,21 +163,31 @@ def main():
             stop.unlink()
         offset = sidecar.stat().st_size if sidecar.exists() else 0
         port = free_port()
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1",
+        # torchrun (python/cloudtune/torchrun.py fixes its option parsing on Python >= 3.11).
+        cmd = [sys.executable, str(HERE.parent / "python/cloudtune/torchrun.py"), "--nnodes", "1",
                "--nproc_per_node", str(nproc), "--max_restarts", str(a.max_restarts),
                "--rdzv_backend", "c10d", "--rdzv_endpoint", f"127.0.0.1:{port}",
-               "--rdzv_id", f"cloudtune-{os.getpid()}-{segment}",
+               "--rdzv_id", f"cloudtune-{os.getpid()}-{segment}", "--monitor_interval", "1",
                a.script, "--batch", str(batch), "--checkpoint", str(ckpt),
                "--stop-file", str(stop), *train_args]
         print(f"launcher: segment {segment}: {nproc} worker(s), local batch {batch}", flush=True)
         print("launcher: $ " + " ".join(cmd), flush=True)
         start = time.time()
+        base_samples = checkpoint_state(str(ckpt)).get("samples", 0)
         job = subprocess.Popen(cmd, env=env)
-        nxt, seen = None, 0
+        nxt, seen, last_cli, in_job = None, 0, start, False
         while job.poll() is None:
             time.sleep(a.poll)
             recs = read_records(sidecar, offset)
-            for rec in recs[seen:]:
+            new = recs[seen:]
+            seen = len(recs)
+            in_job = in_job or any(r.get("kind") == "recommendation" for r in new)
+            if a.recommend_cli and not in_job and time.time() - last_cli >= a.recommend_every:
+                last_cli = time.time()
+                rec = cli_recommendation(a, env, recs, nproc, batch, base_samples)
+                if rec:
+                    new.append(rec)
+            for rec in new:
                 p = proposal(rec)
                 if p is None:
                     continue
@@ -145,7 +197,6 @@ def main():
                 print(f"launcher: recommendation at step {rec.get('step')}: {action} {desc} "
                       f"-> here {want[0]} worker(s), local batch {want[1]}", flush=True)
                 nxt = want if action != "keep" and want != (nproc, batch) else None
-            seen = len(recs)
             if nxt and not stop.exists() and time.time() - start >= a.min_segment_seconds:
                 print(f"launcher: applying it: asking the job to checkpoint and stop", flush=True)
                 stop.touch()

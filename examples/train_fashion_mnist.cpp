@@ -19,6 +19,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include "examples/adaptive_batch.h"
 #include "examples/fashion_mnist.h"
 
 namespace {
@@ -36,6 +37,7 @@ struct Flags {
   int64_t test_limit = 0;  // score at most this many test samples per worker (0 = all)
   std::string data = "/usr/share/datasets/fashion-mnist";
   std::string cache;
+  cloudtune::examples::AdaptiveFlags adaptive;  // --adaptive-batch, --validation-csv, ...
 };
 
 int EnvInt(const char* name, int fallback) {
@@ -185,6 +187,12 @@ int Worker(const Flags& f) {
   const int64_t steps_per_epoch = n / per_step;
   int64_t step = 0;
   bool stop = false;
+  if (f.adaptive.active()) {  // the evaluated loop of examples/adaptive_batch.h replaces the epochs
+    LoopContext lc{&net, &opt, &fg, &accum, pg.get(), ct, rank, world, x_train, y_train, x_test,
+                   y_test, f.batch, f.accum, f.lr, f.seed, f.epochs, f.steps, f.test_limit,
+                   f.log_every, t0};
+    stop = RunAdaptiveLoop(f.adaptive, lc);
+  }
   for (int epoch = 1; epoch <= f.epochs && !stop; ++epoch) {
     net->train();
     auto gen = at::detail::createCPUGenerator(f.seed * 1000003 + epoch * 7919 + rank);
@@ -267,7 +275,9 @@ int main(int argc, char** argv) {
   app.add_option("--data", f.data, "directory with the Fashion-MNIST IDX files (.gz or plain)");
   app.add_option("--cache", f.cache,
                  "where to decompress them (default $TMPDIR/cloudtune-fashion-mnist)");
+  cloudtune::examples::AddAdaptiveFlags(app, &f.adaptive);
   CLI11_PARSE(app, argc, argv);
+  if (!cloudtune::examples::PrepareAdaptive(f.adaptive)) return 2;
   if (f.batch < 1 || f.accum < 1 || f.epochs < 1 || f.threads < 1 || f.log_every < 1 ||
       f.workers < 0) {
     std::cerr << "train_fashion_mnist: --batch, --accum, --epochs, --threads, --log-every must be "

@@ -3,14 +3,17 @@
 the cloudtune tuner attached (lines marked [cloudtune]). The Python twin of
 examples/train_fashion_mnist.cpp: same network, same data.
 
-    /usr/bin/python3 -m torch.distributed.run --nproc_per_node 2 \\
+    /usr/bin/python3 python/cloudtune/torchrun.py --nproc_per_node 2 \\
         examples/train_fashion_mnist.py --epochs 1              # tuner off
-    CLOUDTUNE=1 /usr/bin/python3 -m torch.distributed.run --nproc_per_node 2 \\
+    CLOUDTUNE=1 /usr/bin/python3 python/cloudtune/torchrun.py --nproc_per_node 2 \\
         examples/train_fashion_mnist.py --epochs 1              # tuner on: cloudtune.sidecar.jsonl
+
+python/cloudtune/torchrun.py is `python3 -m torch.distributed.run` with a fix for torch 1.13 on
+Python >= 3.11 (plain torchrun there needs `--redirects 1 --tee 1`; see docs/python.md).
 
 Elastic: every optimizer step takes the next `world x batch` samples of the epoch's (seeded)
 permutation and each rank its own slice of them, so a run restarted from --checkpoint with another
-worker count or batch continues exactly where the previous one stopped (examples/launcher.sh).
+worker count or batch continues exactly where the previous one stopped (examples/launcher.py).
 """
 
 import argparse

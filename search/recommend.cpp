@@ -76,6 +76,11 @@ bool RecommendOptions::IsValid(std::string* error) const {
   if (!(explore_ratio >= 0) || !std::isfinite(explore_ratio))
     return fail("explore_ratio must be >= 0");
   if (explore_candidates < 1) return fail("explore_candidates must be >= 1");
+  if (!(exploration_budget_share >= 0) || !(exploration_budget_share <= 1))
+    return fail("exploration_budget_share must be in [0, 1]");
+  if (!(spent >= 0) || !std::isfinite(spent) || !(exploration_spent >= 0) ||
+      !(exploration_spent <= spent))
+    return fail("spent and exploration_spent must be >= 0 with exploration_spent <= spent");
   if (!(lcb_kappa >= 0)) return fail("lcb_kappa must be >= 0");
   if (!(measured_sigma >= 0) || !(steps_sigma_floor >= 0))
     return fail("measured_sigma and steps_sigma_floor must be >= 0");
@@ -215,11 +220,18 @@ Recommendation Decide(const SearchProblem& problem, const RecommendOptions& opti
     const double incumbent = chosen.Objective(goal);
     double best_score = 0;
     const Evaluation* pick = nullptr;
-    double pick_ei = 0, pick_cost = 0;
+    double pick_ei = 0, pick_cost = 0, pick_sigma = 0;
     for (const Evaluation& e : sr.top) {
       if (!e.feasible || measured(e.config) || e.config == chosen.config) continue;
       const double v = e.Objective(goal);
-      const double ei = ExpectedImprovement(incumbent, v, e.log_sigma);
+      // A measurement reveals the step time only: the uncertainty of the steps to the target (the
+      // statistical efficiency at that batch) stays, so the expected improvement uses the step
+      // time's share of the uncertainty. (Evaluate adds the two in quadrature.)
+      const double steps_sigma =
+          p.predictor.steps(static_cast<double>(e.config.global_batch())).log_sigma;
+      const double step_sigma =
+          std::sqrt(std::max(0.0, e.log_sigma * e.log_sigma - steps_sigma * steps_sigma));
+      const double ei = ExpectedImprovement(incumbent, v, step_sigma);
       if (ei <= 0) continue;
       // Going there and, if it disappoints, coming back; the measurement window itself still
       // trains, so only its inefficiency relative to the incumbent counts.
@@ -228,10 +240,14 @@ Recommendation Decide(const SearchProblem& problem, const RecommendOptions& opti
       // The measurement window is charged in full (conservative: it also makes progress).
       const double t_h = (sw + options.measure_s) / 3600.0;
       const double mcost = goal == Goal::kCost ? t_h * e.price_per_hour : t_h;
+      // The exploration budget (a share of the expected total: spent + best predicted rest).
+      const double total = options.spent + std::min(incumbent, best_v);
+      if (options.exploration_spent + mcost > options.exploration_budget_share * total) continue;
       const double score = ei - options.explore_ratio * mcost;
       if (score > best_score) {
         best_score = score;
         pick = &e;
+        pick_sigma = step_sigma;
         pick_ei = ei;
         pick_cost = mcost;
       }
@@ -242,9 +258,10 @@ Recommendation Decide(const SearchProblem& problem, const RecommendOptions& opti
       r.measurement_cost = pick_cost;
       std::ostringstream m;
       m << "explore: measuring " << pick->config.ToString() << " (predicted "
-        << Value(goal, pick->Objective(goal)) << " ±" << std::fixed << std::setprecision(0)
-        << 100 * pick->log_sigma << "%) has expected improvement " << Value(goal, pick_ei)
-        << " > measurement cost " << Value(goal, pick_cost) << "; otherwise: " << why.str();
+        << Value(goal, pick->Objective(goal)) << ", step time ±" << std::fixed
+        << std::setprecision(0) << 100 * pick_sigma << "%) has expected improvement "
+        << Value(goal, pick_ei) << " > measurement cost " << Value(goal, pick_cost)
+        << "; otherwise: " << why.str();
       why.str(m.str());
       chosen = *pick;
     }

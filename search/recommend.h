@@ -35,6 +35,13 @@ struct RecommendOptions {
   double measure_s = 300;  // seconds one exploratory measurement runs
   // Measure when the expected improvement exceeds explore_ratio × the measurement's cost.
   double explore_ratio = 3.0;
+  // Exploration budget: measure only while the cost of all measurements so far plus this one
+  // stays within this share of the job's expected total (spent + best predicted remaining), in
+  // objective units. 0.04 leaves a margin below the 5% exploration-overhead target for the error
+  // of the predicted remaining cost; 1 = no cap.
+  double exploration_budget_share = 0.04;
+  double spent = 0;                // objective units (USD or hours) the job has spent so far
+  double exploration_spent = 0;    // of which on measurements (windows and switches into them)
   int explore_candidates = 48;     // best candidates by lower confidence bound considered
   double lcb_kappa = 2.0;          // LCB = objective × exp(−κ·σ)
   double measured_sigma = 0.03;    // log uncertainty of a measured configuration's step time

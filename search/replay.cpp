@@ -210,8 +210,10 @@ class Simulator {
       RunWindow(cur_, window, &r);
       if (measuring && !first) {
         r.exploration_cost += cost_ - c0;
+        explore_h_ += window / 3600.0;
         ++r.measurements;
       }
+      explore_cost_ = r.exploration_cost;
       first = false;
       if (progress_ >= s_.target_progress) break;
       Decision next = policy(*this, cur_, false);
@@ -221,7 +223,11 @@ class Simulator {
             next.config.SameHardware(cur_) ? s_.cost.batch_switch_s : s_.cost.switch_s;
         const double c1 = cost_;
         Advance(sw / 3600.0, HourlyPrice(t, next.config.nodes, next.config.purchase));
-        if (next.measure) r.exploration_cost += cost_ - c1;
+        if (next.measure) {
+          r.exploration_cost += cost_ - c1;
+          explore_h_ += sw / 3600.0;
+        }
+        explore_cost_ = r.exploration_cost;
         ++r.switches;
         last_ckpt_progress_ = progress_;  // a switch checkpoints
         cur_ = next.config;
@@ -235,6 +241,11 @@ class Simulator {
   }
 
   double progress() const { return progress_; }
+  // Spent so far (USD, hours) and the part spent measuring.
+  double cost() const { return cost_; }
+  double hours() const { return t_h_; }
+  double exploration_cost() const { return explore_cost_; }
+  double exploration_hours() const { return explore_h_; }
   std::map<estimator::ConfigKey, Observation>& observations() { return obs_; }
 
   const InstanceType& Type(const Config& c) const {
@@ -302,6 +313,7 @@ class Simulator {
   std::map<estimator::ConfigKey, Observation> obs_;
   Config cur_;
   double progress_ = 0, last_ckpt_progress_ = 0, t_h_ = 0, cost_ = 0;
+  double explore_cost_ = 0, explore_h_ = 0;
 };
 
 // A predictor that knows every trace (for the oracle and trace-informed baselines).
@@ -511,17 +523,24 @@ std::vector<PolicyResult> RunReplay(const Scenario& s, uint64_t seed) {
     req.current = cur;
     req.catalog = &s.catalog;
     req.options = BaseOptions(s, sim.progress());
+    const bool cost_goal = s.objective.goal == Goal::kCost;
+    req.options.spent = cost_goal ? sim.cost() : sim.hours();
+    req.options.exploration_spent = cost_goal ? sim.exploration_cost() : sim.exploration_hours();
     req.candidates = s.candidates;
     Recommendation r = Recommend(req);
     if (std::getenv("CLOUDTUNE_REPLAY_TRACE"))
-      std::fprintf(stderr, "[%s p=%.0f] %s: %s\n", s.name.c_str(), sim.progress(),
-                   ActionName(r.action), r.reason.c_str());
+      std::fprintf(stderr, "[%s p=%.0f] %s %s: %s\n", s.name.c_str(), sim.progress(),
+                   ActionName(r.action), r.proposed.config.ToString().c_str(), r.reason.c_str());
     return {r.proposed.config, r.action == Recommendation::Action::kMeasure};
   });
   // oracle: knows every trace, re-decides with the same objective.
   run("oracle", [&](Simulator& sim, const Config& cur, bool first) -> Decision {
     if (first) return {s.start, true};
-    return Informed(sim, s, cur, s.candidates, s.objective, all);
+    Decision d = Informed(sim, s, cur, s.candidates, s.objective, all);
+    if (std::getenv("CLOUDTUNE_REPLAY_TRACE"))
+      std::fprintf(stderr, "[%s p=%.0f] oracle: %s\n", s.name.c_str(), sim.progress(),
+                   d.config.ToString().c_str());
+    return d;
   });
   run("fixed-on-demand", [&](Simulator&, const Config&, bool) -> Decision {
     return {s.start, false};

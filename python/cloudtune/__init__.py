@@ -22,6 +22,7 @@ See docs/python.md.
 import atexit
 import os
 import pathlib
+import sys
 import threading
 import types
 
@@ -94,7 +95,7 @@ class Tuner:
         self._forwards = 0  # training forwards since the last optimizer step
         self._in_sync = False
         self._groups = optimizer.param_groups
-        self.active = bool(ops.enabled())
+        self.active = ops is not None and bool(ops.enabled())
         self.steps = 0
         self.buckets_last_step = 0
         if self.active:  # off: DDP's built-in all-reduce, nothing of ours on the hot path
@@ -194,14 +195,20 @@ def attach(model, optimizer, library=None, local_bsz=0, micro_steps=0):
     build/lib), starts it (on only with CLOUDTUNE=1), registers the communication hook and wraps
     optimizer.step. `local_bsz` (samples per replica per micro-step) and `micro_steps` (forwards
     per optimizer step) are inferred from the model's training forwards when 0.
-    Returns the Tuner.
+    Returns the Tuner (inactive, with one line on stderr, when the library cannot be loaded).
     """
     if not isinstance(model, torch.nn.parallel.DistributedDataParallel):
         raise TypeError("cloudtune.attach: model must be a torch.nn.parallel."
                         f"DistributedDataParallel, not {type(model).__name__}")
-    ops = load_library(library)
     pg = model.process_group
     rank, world = dist.get_rank(pg), dist.get_world_size(pg)
+    try:
+        ops = load_library(library)
+    except (FileNotFoundError, OSError, RuntimeError) as e:
+        # Never stop the training job for the tuner: one line, and train without it.
+        if rank == 0:
+            print(f"{e}; tuner off", file=sys.stderr, flush=True)
+        return Tuner(model, optimizer, None, local_bsz, micro_steps)
     ops.init(rank, world, int(local_bsz or 0), int(micro_steps or 1), 0)
     tuner = Tuner(model, optimizer, ops, local_bsz, micro_steps)
     atexit.register(shutdown)

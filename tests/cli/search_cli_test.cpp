@@ -244,7 +244,7 @@ std::string Scenario(const nlohmann::json& patch, const std::vector<std::string>
   // Paths in the shipped file are relative to its folder: make them absolute for a copy in /tmp.
   for (auto& p : j["traces"][0]["csv"]) p = kScenarios + p.get<std::string>();
   j["noise"]["validation_csv"] = kScenarios + j["noise"]["validation_csv"].get<std::string>();
-  j.merge_patch(patch);
+  if (!patch.is_null()) j.merge_patch(patch);
   for (const auto& k : erase) j.erase(k);
   return Write(name, j.dump(2));
 }
@@ -289,7 +289,7 @@ TEST(ReplayCli, BadScenarios) {
   const std::string no_start = Scenario({}, {"start"}, "no_start.json");
   const std::string no_traces = Scenario({}, {"traces"}, "no_traces.json");
   const std::string bad_goal = Scenario({{"objective", {{"goal", "speed"}}}}, {}, "goal.json");
-  const std::string bad_seeds = Scenario({{"seeds", {-1}}}, {}, "seeds.json");
+  const std::string bad_seeds = Scenario({{"seeds", nlohmann::json::array({-1})}}, {}, "seeds.json");
   const std::string bad_type =
       Scenario({{"start", {{"instance_type", "p3.2xlarge"}}}}, {}, "start_type.json");
   const std::string bad_extra = Scenario(

@@ -57,6 +57,30 @@ ops.shutdown()
 """
 
 
+# One process, world size 1: DDP + SGD with cloudtune.attach (batch inferred from the forwards).
+SINGLE = r"""
+import os, sys, torch, torch.distributed as dist
+sys.path.insert(0, sys.argv[1])
+import cloudtune
+dist.init_process_group("gloo", init_method="file://" + sys.argv[2] + "/store", rank=0,
+                        world_size=1)
+torch.manual_seed(0)
+model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(20, 1))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+tuner = cloudtune.attach(model, opt, library=sys.argv[3])
+w = torch.randn(20, 1)
+for step in range(30):
+    x = torch.randn(12, 20)
+    loss = (model(x) - x @ w).square().mean()
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+print("active", tuner.active, "steps", tuner.steps)
+cloudtune.shutdown()
+dist.destroy_process_group()
+"""
+
+
 def library():
     return os.environ.get("CLOUDTUNE_LIBRARY") or str(REPO / "build/lib/libcloudtune_plugin.so")
 
@@ -86,6 +110,48 @@ class OpsTest(unittest.TestCase):
             self.skipTest("already loaded in this process")
         with self.assertRaisesRegex(FileNotFoundError, "/nonexistent/lib.so"):
             cloudtune.load_library("/nonexistent/lib.so")
+
+    def test_torchrun_option_fix(self):
+        from torch.distributed.elastic.multiprocessing.api import Std
+        from cloudtune import torchrun
+        torchrun.patch()
+        self.assertEqual(Std.from_str("0"), Std.NONE)
+        self.assertEqual(Std.from_str("3"), Std.ALL)
+        self.assertEqual(Std.from_str("0:1,1:3"), {0: Std.OUT, 1: Std.ALL})
+        with self.assertRaisesRegex(ValueError, "'7'"):
+            Std.from_str("7")
+
+    def run_single(self, tmp, lib):
+        env = dict(os.environ, CLOUDTUNE="1", CLOUDTUNE_SIDECAR=f"{tmp}/single.jsonl",
+                   CLOUDTUNE_PROFILE=f"{tmp}/single.csv", CLOUDTUNE_MEASURE_EVERY="10")
+        env.pop("CLOUDTUNE_STATE", None)
+        r = subprocess.run([sys.executable, "-c", SINGLE, str(REPO / "python"), tmp, lib],
+                           env=env, capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        return r
+
+    def test_attach_single_worker(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            r = self.run_single(tmp, library())
+            self.assertIn("active True steps 30", r.stdout)
+            recs = records(f"{tmp}/single.jsonl")
+            meas = [x for x in recs if x["kind"] == "measurement"]
+            self.assertEqual(len(meas), 3, recs)
+            self.assertEqual(meas[0]["config"]["local_bsz"], 12)  # inferred from the forwards
+            self.assertEqual(meas[0]["config"]["num_replicas"], 1)
+            end = recs[-1]
+            self.assertEqual(end["kind"], "end")
+            # One replica: consecutive steps paired, flagged biased.
+            self.assertTrue(end["biased"])
+            self.assertTrue(end["noise_scale"] is not None and end["noise_scale"] > 0, end)
+
+    def test_attach_without_library_trains_untuned(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            r = self.run_single(tmp, f"{tmp}/missing/libcloudtune_plugin.so")
+            self.assertIn("active False steps 0", r.stdout)
+            self.assertIn("missing/libcloudtune_plugin.so' not found", r.stderr)
+            self.assertIn("tuner off", r.stderr)
+            self.assertFalse(os.path.exists(f"{tmp}/single.jsonl"))
 
     def run_protocol(self, mode, tmp, steps=40):
         env = dict(os.environ, CLOUDTUNE="1", CLOUDTUNE_LIBRARY=library(),
