@@ -111,7 +111,7 @@ void RegisterSearchCommands(CLI::App& app) {
   struct RecArgs {
     std::vector<std::string> profile;
     std::string gns, catalog, objective = "cost", format = "json", current, type, out;
-    double deadline = 0, budget = 0, target = 0, progress = 0;
+    double deadline = 0, budget = 0, target = 0, progress = 0, spent = 0, explored = 0;
     int max_nodes = 16, max_local_bsz = 256, min_local_bsz = 8, max_accum = 3;
     bool pareto = false;
   };
@@ -129,6 +129,11 @@ void RegisterSearchCommands(CLI::App& app) {
   rec->add_option("--budget", ra->budget, "Budget in USD (0 = none)");
   rec->add_option("--target-progress", ra->target, "Target progress (B0-steps)")->required();
   rec->add_option("--progress", ra->progress, "Progress made so far (B0-steps, default 0)");
+  rec->add_option("--spent", ra->spent,
+                  "Spent so far in objective units (USD for cost, hours for time; default 0)");
+  rec->add_option("--exploration-spent", ra->explored,
+                  "Of --spent, the part spent on measurements (caps further exploration at 4% of "
+                  "the expected total; default 0)");
   rec->add_option("--current", ra->current,
                   "Current configuration TYPE:NODES:GPUS_PER_NODE:LOCAL_BSZ[:ACCUM[:PURCHASE]] "
                   "(default: the profile's most-measured configuration, on demand)");
@@ -158,6 +163,13 @@ void RegisterSearchCommands(CLI::App& app) {
     non_negative(ra->deadline, "--deadline");
     non_negative(ra->budget, "--budget");
     non_negative(ra->progress, "--progress");
+    non_negative(ra->spent, "--spent");
+    non_negative(ra->explored, "--exploration-spent");
+    if (ra->explored > ra->spent) {
+      std::ostringstream m;
+      m << "--exploration-spent: " << ra->explored << " exceeds --spent " << ra->spent;
+      throw InputError(m.str());
+    }
     if (!(ra->target > 0) || !std::isfinite(ra->target)) {
       std::ostringstream m;
       m << "--target-progress: must be > 0, got " << ra->target;
@@ -177,6 +189,8 @@ void RegisterSearchCommands(CLI::App& app) {
     o.objective.budget_usd = ra->budget;
     o.target_progress = ra->target;
     o.current_progress = ra->progress;
+    o.spent = ra->spent;
+    o.exploration_spent = ra->explored;
     o.space.max_nodes = ra->max_nodes;
     o.space.max_local_bsz = ra->max_local_bsz;
     o.space.min_local_bsz = ra->min_local_bsz;

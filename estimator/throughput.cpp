@@ -9,6 +9,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <cstdlib>
 
 #include "estimator/error.h"
 
@@ -47,7 +48,8 @@ struct Row {
 // Growth of the network all-reduce time with the number of replicas: log(R/2), the latency of a
 // tree (or the chunk count of a pipelined ring); a linear (R - 2) term, as in Pollux, over-predicts
 // large jobs.
-inline double RGrowth(int r) { return std::log(r / 2.0); }
+inline double EnvD(const char* n, double d) { const char* v = std::getenv(n); return v ? std::atof(v) : d; }
+inline double RGrowth(int r) { static const double p = EnvD("CT_P", 0.0); return p == 0 ? std::log(r / 2.0) : (std::pow(r / 2.0, p) - 1) / p; }
 
 // The model: per micro-step compute time T_c and step time, given the core parameters and this
 // configuration's network effect (node + placement, log multiplier of T_n) and batch effect (log
@@ -917,7 +919,7 @@ ThroughputModel FitThroughput(const std::vector<Measurement>& data,
   ceres::Solver::Options so;
   so.linear_solver_type = ceres::SPARSE_NORMAL_CHOLESKY;
   so.gradient_tolerance = 1e-14;
-  so.parameter_tolerance = 1e-12;
+  so.parameter_tolerance = 1e-10;
   so.num_threads = 1;
   so.logging_type = ceres::SILENT;
   so.minimizer_progress_to_stdout = false;

@@ -442,7 +442,16 @@ inline bool RunAdaptiveLoop(const AdaptiveFlags& f, LoopContext& c) {
         break;
       }
     }
-    if (c.max_steps > 0 && step >= c.max_steps) break;
+    if (c.max_steps > 0 && step >= c.max_steps) {
+      if (f.eval_every == 0) {  // like the plain loop: score the model where it stopped
+        last_acc = evaluate();
+        char buf[160];
+        std::snprintf(buf, sizeof buf, "epoch %d stopped at step %lld: test accuracy %.4f (%.0f s)",
+                      epoch, static_cast<long long>(step), last_acc, secs());
+        log(buf);
+      }
+      break;
+    }
   }
   char buf[300];
   if (f.target_accuracy > 0)

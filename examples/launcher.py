@@ -198,7 +198,7 @@ def main():
                       f"-> here {want[0]} worker(s), local batch {want[1]}", flush=True)
                 nxt = want if action != "keep" and want != (nproc, batch) else None
             if nxt and not stop.exists() and time.time() - start >= a.min_segment_seconds:
-                print(f"launcher: applying it: asking the job to checkpoint and stop", flush=True)
+                print("launcher: applying it: asking the job to checkpoint and stop", flush=True)
                 stop.touch()
         rc = job.returncode
         state = checkpoint_state(str(ckpt))

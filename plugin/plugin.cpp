@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "hooks/grad_norm.h"
+#include "plugin/online.h"
 
 namespace cloudtune::plugin {
 namespace {
@@ -100,6 +101,7 @@ bool Plugin::Start(const JobInfo& job) {
           std::to_string(opt_.measure_every) + " steps");
     }
     enabled_ = true;
+    online_ = StartOnline(this);  // tuner, HTTP, preemption, state (never throws)
   } catch (const std::exception& e) {
     std::cerr << "cloudtune: cannot start: " << e.what() << "; plugin switched off\n";
     enabled_ = false;
@@ -417,6 +419,7 @@ void Plugin::Finish() {
   if (finished_ || !enabled()) return;
   finished_ = true;
   try {
+    StopOnline(this, online_.get());  // before the sidecar closes; removes the observer
     if (leader_) {
       EndInterval();
       const hooks::GnsState g = gns_.State();

@@ -25,6 +25,8 @@
 
 namespace cloudtune::plugin {
 
+class Online;  // plugin/online.h
+
 // What the training job is.
 struct JobInfo {
   int rank = 0;         // this process's rank in the data-parallel group
@@ -66,8 +68,8 @@ class Plugin {
   void GradsReducedTensor(const std::vector<at::Tensor>& grads, const at::Tensor& reduced_slot);
   // Ends the optimizer step: samples per replica per micro-step and the micro-steps it had.
   void StepEnd(int64_t local_bsz, int64_t micro_steps = 1);
-  // Whether the job should checkpoint now (preemption notice; later issues). False for now.
-  bool ShouldCheckpoint() const { return false; }
+  // Whether the job should checkpoint now: a spot preemption notice was seen (plugin/online.h).
+  bool ShouldCheckpoint() const;
   // Writes the "end" record and the final profile, stops the writer. Idempotent.
   void Finish();
 
@@ -131,6 +133,8 @@ class Plugin {
   // Profile, per configuration.
   mutable std::mutex profile_mu_;
   std::map<estimator::ConfigKey, ConfigStats> configs_;
+  // The online tuner, HTTP endpoint, preemption watcher and saved state (plugin/online.h).
+  std::shared_ptr<Online> online_;
 };
 
 }  // namespace cloudtune::plugin

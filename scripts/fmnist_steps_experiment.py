@@ -6,17 +6,17 @@ total batch B0, 2*B0 and 8*B0 (AdaScale learning rate relative to --lr at B0), a
 --adaptive-batch starting at B0. Every run writes a validation trace (progress in steps at B0,
 iteration, test accuracy, |G|^2, tr(Sigma) at B0). Then:
 
-  * target progress P = the progress at which the B0 run first reached --target test accuracy;
-  * `cloudtune steps --observed B0=b0.csv --observed 2B0=2b0.csv --batch 8B0 --progress P`
-    predicts the steps at 8*B0 (the 8*B0 run is not shown to it);
-  * actual = the first evaluation of the 8*B0 run with accuracy >= --target;
-  * the adaptive run's first evaluation with accuracy >= --target vs the B0 run's.
+  * for each accuracy level A in --compare: P = the progress at which the B0 run first reached A;
+    `cloudtune steps --observed B0=b0.csv --observed 2B0=2b0.csv --batch 8B0 --progress P`
+    predicts the steps at 8*B0 (the 8*B0 run is not shown to it); actual = the first evaluation
+    of the 8*B0 run with accuracy >= A;
+  * the adaptive run's first evaluation with accuracy >= --adaptive-target vs the B0 run's.
 
-The B0, 8*B0 and adaptive runs stop at the target accuracy (evaluated every 50, 10 and 50
-steps); the 2*B0 run goes --steps-2b0 steps so that its trace covers P. The fixed-batch runs run
-side by side, the adaptive one alone (its decisions use measured step times). Runs whose directory
-already holds a finished log are reused (--rerun to force). Standard library
-only. Prints a JSON summary and writes it to OUT/summary.json.
+The B0 and 8*B0 runs stop at --target (evaluated every 50 and 10 steps), the adaptive run at
+--adaptive-target (every 50); the 2*B0 run goes --steps-2b0 steps so that its trace covers P. The
+fixed-batch runs run side by side, the adaptive one alone (its decisions use measured step
+times). Runs whose directory already holds a finished log are reused (--rerun to force). Standard
+library only. Prints a JSON summary and writes it to OUT/summary.json.
 
   scripts/fmnist_steps_experiment.py --bin build/bin/train_fashion_mnist --cli build/bin/cloudtune
 """
@@ -73,13 +73,18 @@ def main():
     p.add_argument("--cli", default="build/bin/cloudtune")
     p.add_argument("--out", default="fmnist-experiment")
     p.add_argument("--workers", type=int, default=2)
-    p.add_argument("--local", type=int, default=32, help="local batch at B0 (B0 = workers*local)")
+    p.add_argument("--local", type=int, default=16, help="local batch at B0 (B0 = workers*local)")
     p.add_argument("--lr", type=float, default=0.05, help="learning rate at B0")
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--target", type=float, default=0.88, help="test accuracy to reach")
+    p.add_argument("--target", type=float, default=0.88,
+                   help="test accuracy at which the B0 and 8*B0 runs stop")
+    p.add_argument("--compare", default="0.8,0.82,0.84,0.85,0.86,0.87,0.88",
+                   help="accuracy levels at which predicted and actual 8*B0 steps are compared")
+    p.add_argument("--adaptive-target", type=float, default=0.86,
+                   help="test accuracy the adaptive run stops at (compared with the B0 run)")
     p.add_argument("--test-limit", type=int, default=1000, help="test samples per worker")
-    p.add_argument("--steps-b0", type=int, default=1500)
-    p.add_argument("--steps-2b0", type=int, default=550)
+    p.add_argument("--steps-b0", type=int, default=2500)
+    p.add_argument("--steps-2b0", type=int, default=900)
     p.add_argument("--steps-8b0", type=int, default=600)
     p.add_argument("--rerun", action="store_true", help="run again even if a finished log exists")
     args = p.parse_args()
@@ -99,40 +104,52 @@ def main():
         "--eval-every", "10"], args.out)
     wait([p0, p1, p2])
     # The adaptive run measures step times to decide: run it alone.
-    v_ad, log_ad, p3 = start("adaptive", args, target + [
-        "--adaptive-batch", "--adapt-every", "50", "--batch", str(args.local), "--epochs", "10",
-        "--steps", str(args.steps_b0), "--eval-every", "50"], args.out)
+    v_ad, log_ad, p3 = start("adaptive", args, [
+        "--target-accuracy", str(args.adaptive_target), "--adaptive-batch", "--adapt-every", "50",
+        "--batch", str(args.local), "--epochs", "10", "--steps", str(args.steps_b0),
+        "--eval-every", "50"], args.out)
     wait([p3])
 
-    c_b0 = first_crossing(v_b0, args.target)
-    if c_b0 is None:
-        sys.exit(f"the B0 run never reached accuracy {args.target}; raise --steps-b0")
-    steps_b0, progress = c_b0
-    cmd = [args.cli, "steps", "--observed", f"{b0}={v_b0}", "--observed", f"{2 * b0}={v_2b0}",
-           "--batch", str(8 * b0), "--progress", str(progress)]
-    pred = json.loads(subprocess.check_output(cmd))
-    c_8b0 = first_crossing(v_8b0, args.target)
-    c_ad = first_crossing(v_ad, args.target)
-    c_2b0 = first_crossing(v_2b0, args.target)
+    # Predicted vs actual steps at 8*B0 for each accuracy level both fixed runs reached.
+    rows = []
+    for level in [float(x) for x in args.compare.split(",")]:
+        c_b0, c_8b0 = first_crossing(v_b0, level), first_crossing(v_8b0, level)
+        row = {"accuracy": level, "b0_steps": c_b0 and c_b0[0], "actual_8b0_steps": c_8b0 and c_8b0[0]}
+        if c_b0 is None or c_8b0 is None:
+            row["note"] = "not reached by the B0 run" if c_b0 is None else "not reached at 8*B0"
+            rows.append(row)
+            continue
+        cmd = [args.cli, "steps", "--observed", f"{b0}={v_b0}", "--observed", f"{2 * b0}={v_2b0}",
+               "--batch", str(8 * b0), "--progress", str(c_b0[1])]
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        row["steps_command"] = " ".join(cmd)
+        if r.returncode != 0:
+            row["note"] = r.stderr.strip()
+        else:
+            pred = json.loads(r.stdout)
+            row.update({
+                "progress": c_b0[1],
+                "predicted_8b0_steps": pred["iterations"],
+                "predicted_low": round(pred.get("iterations_low", 0), 1),
+                "predicted_high": round(pred.get("iterations_high", 0), 1),
+                "plain_theory_steps": round(pred.get("iterations_plain_theory", 0), 1),
+                "error": round(pred["iterations"] / c_8b0[0] - 1, 3),
+                "progress_8b0_at_accuracy": c_8b0[1],
+            })
+        rows.append(row)
+    c_b0 = first_crossing(v_b0, args.adaptive_target)
+    c_ad = first_crossing(v_ad, args.adaptive_target)
     switches = [l.strip() for l in open(log_ad) if "adaptive-batch: step" in l and " switch " in l]
     summary = {
-        "target_accuracy": args.target,
         "base_batch": b0,
-        "b0": {"steps_to_target": steps_b0, "progress_at_target": progress},
-        "2b0": {"steps_to_target": c_2b0[0] if c_2b0 else None,
-                "progress_at_target": c_2b0[1] if c_2b0 else None},
-        "8b0": {
-            "predicted_steps": pred["iterations"],
-            "predicted_low": pred.get("iterations_low"),
-            "predicted_high": pred.get("iterations_high"),
-            "plain_theory_steps": pred.get("iterations_plain_theory"),
-            "actual_steps": c_8b0[0] if c_8b0 else None,
-            "error": (pred["iterations"] / c_8b0[0] - 1) if c_8b0 else None,
-            "steps_command": " ".join(cmd),
+        "prediction_8b0": rows,
+        "adaptive": {
+            "target_accuracy": args.adaptive_target,
+            "fixed_b0_steps": c_b0 and c_b0[0],
+            "adaptive_steps": c_ad and c_ad[0],
+            "adaptive_progress": c_ad and c_ad[1],
+            "switches": switches,
         },
-        "adaptive": {"steps_to_target": c_ad[0] if c_ad else None,
-                     "progress_at_target": c_ad[1] if c_ad else None,
-                     "switches": switches},
     }
     with open(os.path.join(args.out, "summary.json"), "w") as f:
         json.dump(summary, f, indent=2)

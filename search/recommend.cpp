@@ -243,7 +243,10 @@ Recommendation Decide(const SearchProblem& problem, const RecommendOptions& opti
       // The exploration budget (a share of the expected total: spent + best predicted rest).
       const double total = options.spent + std::min(incumbent, best_v);
       if (options.exploration_spent + mcost > options.exploration_budget_share * total) continue;
-      const double score = ei - options.explore_ratio * mcost;
+      // Worth measuring when the improvement pays for the measurement explore_ratio times over;
+      // among those, the most improvement per unit spent (the greedy rule under a budget).
+      if (ei - options.explore_ratio * mcost <= 0) continue;
+      const double score = ei / std::max(mcost, 1e-12);
       if (score > best_score) {
         best_score = score;
         pick = &e;

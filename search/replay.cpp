@@ -162,7 +162,10 @@ struct Decision {
 class Simulator {
  public:
   Simulator(const Scenario& s, uint64_t seed, const std::string& policy)
-      : s_(s), rng_(seed * 1000003ULL + std::hash<std::string>()(policy)) {
+      : s_(s),
+        rng_(seed * 1000003ULL + std::hash<std::string>()(policy)),
+        revocation_rng_(seed * 7919ULL + 17) {
+    next_revocation_ = std::exponential_distribution<double>(1.0)(revocation_rng_);
     for (const auto& m : s.traces) truth_[m.key] = &m;
   }
 
@@ -230,6 +233,7 @@ class Simulator {
         explore_cost_ = r.exploration_cost;
         ++r.switches;
         last_ckpt_progress_ = progress_;  // a switch checkpoints
+        since_ckpt_s_ = 0;
         cur_ = next.config;
       }
       measuring = next.measure;
@@ -267,10 +271,11 @@ class Simulator {
     const double ckpt =
         c.purchase == Purchase::kAnchor ? s_.cost.anchor_checkpoint_s : s_.cost.checkpoint_s;
     const double tau_s = YoungDalyInterval(ckpt, rate);
-    std::exponential_distribution<double> expo(rate > 0 ? rate : 1.0);
-    double next_rev_h = rate > 0 ? t_h_ + expo(rng_) : std::numeric_limits<double>::infinity();
     const double batch = static_cast<double>(c.global_batch());
-    double left = window_s, since_ckpt = 0;
+    // Time since the last checkpoint carries over from window to window (checkpoints follow the
+    // Young/Daly interval of the running configuration, not the decision windows).
+    double left = window_s;
+    double& since_ckpt = since_ckpt_s_;
     while (left > 1e-9 && progress_ < s_.target_progress) {
       const double chunk = std::min(60.0, left);
       const double gain = estimator::Gain(NoiseAt(progress_), batch);
@@ -290,12 +295,18 @@ class Simulator {
         last_ckpt_progress_ = progress_;
         since_ckpt = 0;
       }
-      if (t_h_ >= next_rev_h) {
+      // Revocations by inverse-hazard sampling: a revocation happens when the cumulative hazard
+      // (rate × time) crosses the next Exp(1) threshold. The thresholds come from a stream that
+      // depends on the seed only, so every policy faces the same revocation luck (common random
+      // numbers); a riskier configuration crosses the thresholds sooner.
+      hazard_ += rate * chunk / 3600.0;
+      if (hazard_ >= next_revocation_) {
         ++r->revocations;
         progress_ = last_ckpt_progress_;
         Advance(s_.cost.restart_s / 3600.0, price);
         since_ckpt = 0;
-        next_rev_h = t_h_ + expo(rng_);
+        hazard_ = 0;
+        next_revocation_ = std::exponential_distribution<double>(1.0)(revocation_rng_);
       }
     }
     // What the hooks measured during the window: the mean step time with log-normal noise.
@@ -308,12 +319,15 @@ class Simulator {
   }
 
   const Scenario& s_;
-  std::mt19937_64 rng_;
+  std::mt19937_64 rng_;             // measurement noise (per policy)
+  std::mt19937_64 revocation_rng_;  // revocation thresholds (the same for every policy)
+  double hazard_ = 0, next_revocation_ = 0;
   std::map<estimator::ConfigKey, const estimator::Measurement*> truth_;
   std::map<estimator::ConfigKey, Observation> obs_;
   Config cur_;
   double progress_ = 0, last_ckpt_progress_ = 0, t_h_ = 0, cost_ = 0;
   double explore_cost_ = 0, explore_h_ = 0;
+  double since_ckpt_s_ = 0;  // training seconds since the last checkpoint
 };
 
 // A predictor that knows every trace (for the oracle and trace-informed baselines).

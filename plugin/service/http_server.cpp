@@ -5,6 +5,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <chrono>
@@ -99,6 +100,7 @@ struct HttpServer::Impl {
   std::thread thread;
   asio::io_context io{1};
   tcp::acceptor acceptor{io};
+  asio::steady_timer accept_backoff{io};
 
   void Accept();
   http::response<http::string_body> Handle(const http::request<http::string_body>& req);
@@ -242,15 +244,20 @@ class Session : public std::enable_shared_from_this<Session> {
 void HttpServer::Impl::Accept() {
   acceptor.async_accept([this](beast::error_code ec, tcp::socket socket) {
     if (ec == asio::error::operation_aborted || !acceptor.is_open()) return;
-    if (!ec) {
-      connections.fetch_add(1);
-      const bool over = active.load() >= options.max_connections;
-      auto session = std::make_shared<Session>(std::move(socket), this);
-      if (over)
-        session->Reject();
-      else
-        session->Run();
+    if (ec) {  // e.g. out of file descriptors: back off instead of spinning
+      accept_backoff.expires_after(std::chrono::milliseconds(50));
+      accept_backoff.async_wait([this](beast::error_code e) {
+        if (!e && acceptor.is_open()) Accept();
+      });
+      return;
     }
+    connections.fetch_add(1);
+    const bool over = active.load() >= options.max_connections;
+    auto session = std::make_shared<Session>(std::move(socket), this);
+    if (over)
+      session->Reject();
+    else
+      session->Run();
     Accept();
   });
 }

@@ -153,6 +153,10 @@ class Tuner:
         return fut.then(done)
 
     def _wrap_step(self, optimizer):
+        if hasattr(optimizer, "register_step_pre_hook"):  # torch >= 2.0
+            optimizer.register_step_pre_hook(lambda opt, args, kwargs: self._before_step())
+            optimizer.register_step_post_hook(lambda opt, args, kwargs: self._after_step())
+            return
         inner = optimizer.step  # bound method (or a scheduler's wrapper of it)
         tuner = self
 

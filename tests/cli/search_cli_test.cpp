@@ -203,6 +203,9 @@ TEST(RecommendCli, BadInputs) {
       {ok + " --budget -5", "cloudtune: error: --budget: must be >= 0, got -5\n"},
       {ok + " --deadline -1", "cloudtune: error: --deadline: must be >= 0, got -1\n"},
       {ok + " --format xml", "cloudtune: error: --format: 'xml' (expected json or table)\n"},
+      {ok + " --spent 10 --exploration-spent 11",
+       "cloudtune: error: --exploration-spent: 11 exceeds --spent 10\n"},
+      {ok + " --spent -1", "cloudtune: error: --spent: must be >= 0, got -1\n"},
       {"recommend --profile " + Profile() + " --gns 0.02,0.6 --target-progress 20000",
        "cloudtune: error: --gns: expected grad_sqr,grad_var,B0, got '0.02,0.6'\n"},
       {"recommend --profile " + Profile() + " --gns 0.02,abc,128 --target-progress 20000",
@@ -289,7 +292,8 @@ TEST(ReplayCli, BadScenarios) {
   const std::string no_start = Scenario({}, {"start"}, "no_start.json");
   const std::string no_traces = Scenario({}, {"traces"}, "no_traces.json");
   const std::string bad_goal = Scenario({{"objective", {{"goal", "speed"}}}}, {}, "goal.json");
-  const std::string bad_seeds = Scenario({{"seeds", nlohmann::json::array({-1})}}, {}, "seeds.json");
+  const std::string bad_seeds =
+      Scenario({{"seeds", nlohmann::json::array({-1})}}, {}, "seeds.json");
   const std::string bad_type =
       Scenario({{"start", {{"instance_type", "p3.2xlarge"}}}}, {}, "start_type.json");
   const std::string bad_extra = Scenario(

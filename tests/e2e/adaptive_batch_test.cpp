@@ -33,7 +33,8 @@ std::string Slurp(const fs::path& p) {
 }
 
 // Runs the example with 2 workers in `dir`; returns the exit status, output in *log.
-int Run(const fs::path& dir, const std::string& env, const std::string& args, std::string* log) {
+int RunExample(const fs::path& dir, const std::string& env, const std::string& args,
+               std::string* log) {
   std::string unset;
   for (const char* v : {"CLOUDTUNE", "CLOUDTUNE_SIDECAR", "CLOUDTUNE_PROFILE",
                         "CLOUDTUNE_MAX_LOCAL_BATCH", "RANK", "WORLD_SIZE", "MASTER_PORT"})
@@ -59,10 +60,10 @@ std::vector<std::string> Lines(const std::string& text, const std::string& needl
 TEST(AdaptiveBatch, LogsEveryDecisionAndWritesValidationTrace) {
   const fs::path dir = TempDir("decisions");
   std::string log;
-  ASSERT_EQ(Run(dir, "",
-                "--batch 16 --steps 60 --adaptive-batch --adapt-every 10 --eval-every 30 "
-                "--validation-csv val.csv",
-                &log),
+  ASSERT_EQ(RunExample(dir, "",
+                       "--batch 16 --steps 60 --adaptive-batch --adapt-every 10 --eval-every 30 "
+                       "--validation-csv val.csv",
+                       &log),
             0)
       << log;
   const auto decisions = Lines(log, "adaptive-batch: step ");
@@ -90,9 +91,10 @@ TEST(AdaptiveBatch, LogsEveryDecisionAndWritesValidationTrace) {
 TEST(AdaptiveBatch, SwitchesBelowTheMemoryCapOnEveryRank) {
   const fs::path dir = TempDir("cap");
   std::string log;
-  ASSERT_EQ(Run(dir, "CLOUDTUNE_MAX_LOCAL_BATCH=16",
-                "--batch 32 --steps 40 --adaptive-batch --adapt-every 10 --max-accum 4", &log),
-            0)
+  ASSERT_EQ(
+      RunExample(dir, "CLOUDTUNE_MAX_LOCAL_BATCH=16",
+                 "--batch 32 --steps 40 --adaptive-batch --adapt-every 10 --max-accum 4", &log),
+      0)
       << log;
   const auto switches = Lines(log, "adaptive-batch: step 10 switch local 32 x 1 -> ");
   ASSERT_EQ(switches.size(), 1u) << log;
@@ -117,7 +119,8 @@ TEST(AdaptiveBatch, SwitchesBelowTheMemoryCapOnEveryRank) {
 TEST(AdaptiveBatch, StopsAtTargetAccuracy) {
   const fs::path dir = TempDir("target");
   std::string log;
-  ASSERT_EQ(Run(dir, "", "--batch 32 --steps 400 --eval-every 10 --target-accuracy 0.5", &log), 0)
+  ASSERT_EQ(
+      RunExample(dir, "", "--batch 32 --steps 400 --eval-every 10 --target-accuracy 0.5", &log), 0)
       << log;
   const auto reached = Lines(log, "target accuracy 0.5000 reached at step ");
   ASSERT_EQ(reached.size(), 1u) << log;
@@ -131,7 +134,7 @@ TEST(AdaptiveBatch, StopsAtTargetAccuracy) {
 TEST(AdaptiveBatch, RejectsAnUnknownLrRule) {
   const fs::path dir = TempDir("bad");
   std::string log;
-  EXPECT_EQ(Run(dir, "", "--steps 5 --adaptive-batch --lr-scaling cubic", &log), 2);
+  EXPECT_EQ(RunExample(dir, "", "--steps 5 --adaptive-batch --lr-scaling cubic", &log), 2);
   EXPECT_NE(log.find("--lr-scaling 'cubic'"), std::string::npos) << log;
 }
 

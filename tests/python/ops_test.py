@@ -68,6 +68,7 @@ torch.manual_seed(0)
 model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(20, 1))
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
 tuner = cloudtune.attach(model, opt, library=sys.argv[3])
+sched = torch.optim.lr_scheduler.StepLR(opt, 10, 0.5)  # wraps the (wrapped) step again
 w = torch.randn(20, 1)
 for step in range(30):
     x = torch.randn(12, 20)
@@ -75,7 +76,8 @@ for step in range(30):
     loss.backward()
     opt.step()
     opt.zero_grad()
-print("active", tuner.active, "steps", tuner.steps)
+    sched.step()
+print("active", tuner.active, "steps", tuner.steps, "counted", opt._step_count)
 cloudtune.shutdown()
 dist.destroy_process_group()
 """
@@ -133,7 +135,8 @@ class OpsTest(unittest.TestCase):
     def test_attach_single_worker(self):
         with tempfile.TemporaryDirectory() as tmp:
             r = self.run_single(tmp, library())
-            self.assertIn("active True steps 30", r.stdout)
+            self.assertIn("active True steps 30 counted 30", r.stdout)
+            self.assertNotIn("lr_scheduler.step()` before", r.stderr)
             recs = records(f"{tmp}/single.jsonl")
             meas = [x for x in recs if x["kind"] == "measurement"]
             self.assertEqual(len(meas), 3, recs)
@@ -148,7 +151,7 @@ class OpsTest(unittest.TestCase):
     def test_attach_without_library_trains_untuned(self):
         with tempfile.TemporaryDirectory() as tmp:
             r = self.run_single(tmp, f"{tmp}/missing/libcloudtune_plugin.so")
-            self.assertIn("active False steps 0", r.stdout)
+            self.assertIn("active False steps 0 counted 30", r.stdout)
             self.assertIn("missing/libcloudtune_plugin.so' not found", r.stderr)
             self.assertIn("tuner off", r.stderr)
             self.assertFalse(os.path.exists(f"{tmp}/single.jsonl"))

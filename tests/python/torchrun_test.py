@@ -3,7 +3,8 @@
 and a finite positive noise scale; with CLOUDTUNE unset there is no sidecar. A restart from the
 checkpoint continues the step count.
 
-    CLOUDTUNE_LIBRARY=build/lib/libcloudtune_plugin.so /usr/bin/python3 tests/python/torchrun_test.py
+    CLOUDTUNE_LIBRARY=build/lib/libcloudtune_plugin.so \
+        /usr/bin/python3 tests/python/torchrun_test.py
 """
 
 import json

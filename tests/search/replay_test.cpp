@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include "estimator/error.h"
+#include "search/cost.h"
 
 namespace cloudtune::search {
 namespace {
@@ -54,6 +55,54 @@ TEST(Replay, CloudtuneBeatsFixedOnDemand) {
     if (r.policy == "fixed-on-demand") fixed = r.cost;
   }
   EXPECT_LT(ct, 0.4 * fixed);
+}
+
+// Revocations: the same thresholds for every policy (common random numbers), and the work lost to
+// one is bounded by the checkpoint interval (time since the last checkpoint carries over between
+// decision windows).
+TEST(Replay, RevocationLossIsBoundedByTheCheckpointInterval) {
+  std::ifstream f(kScenarios + "/pollux-imagenet-g4dn.json");
+  nlohmann::json j;
+  f >> j;
+  j["decision_interval_s"] = 300;  // shorter than the checkpoint interval below
+  auto with_rate = [&](double rate) {
+    nlohmann::json k = j;
+    k["catalog_extra"] = nlohmann::json::array({{{"cloud", "aws"},
+                                                 {"region", "us-east-1"},
+                                                 {"instance_type", "g4dn.12xlarge"},
+                                                 {"gpu_model", "T4"},
+                                                 {"gpus", 4},
+                                                 {"network_gbps", 50},
+                                                 {"ondemand_usd_per_hour", 3.912},
+                                                 {"spot_usd_per_hour", 1.244},
+                                                 {"revocation_per_hour", rate}}});
+    return ParseScenario(k, "s.json", kScenarios);
+  };
+  const Scenario risky = with_rate(0.05), safe = with_rate(0);
+  auto cheapest = [](const std::vector<PolicyResult>& rs) {
+    for (const auto& r : rs)
+      if (r.policy == "cheapest-spot") return r;
+    return PolicyResult{};
+  };
+  const auto a = RunReplay(risky, 4), b = RunReplay(risky, 4);
+  const PolicyResult hi = cheapest(a), lo = cheapest(RunReplay(safe, 4));
+  EXPECT_EQ(hi.revocations, cheapest(b).revocations);
+  EXPECT_DOUBLE_EQ(hi.cost, cheapest(b).cost);
+  ASSERT_GE(hi.revocations, 2);  // 16 spot nodes at 0.05/h for ~10 h
+  EXPECT_EQ(lo.revocations, 0);
+  for (const auto& r : a) {
+    EXPECT_TRUE(r.finished) << r.policy;
+    if (r.policy == "fixed-on-demand") {
+      EXPECT_EQ(r.revocations, 0);
+    }
+  }
+  // Each revocation loses at most one checkpoint interval (+ one 60 s simulation step) and the
+  // restart; checkpoints cost checkpoint_s each.
+  const double tau_s = YoungDalyInterval(risky.cost.checkpoint_s, 16 * 0.05);
+  const double bound_h = hi.revocations * (tau_s + 60 + risky.cost.restart_s) / 3600 +
+                         (hi.makespan_h * 3600 / tau_s + 1) * risky.cost.checkpoint_s / 3600;
+  EXPECT_GT(hi.makespan_h, lo.makespan_h);
+  EXPECT_LE(hi.makespan_h - lo.makespan_h, bound_h);
 }
 
 TEST(Replay, BadScenarioMessages) {

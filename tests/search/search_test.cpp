@@ -193,7 +193,8 @@ TEST(Decide, MeasuresUncertainTypeOnlyWhenItCanPayOff) {
   cur.gpus_per_node = 4;
   cur.local_bsz = 32;
   cur.purchase = Purchase::kSpot;
-  auto run = [&](double v100_sigma, double remaining_scale) {
+  auto run = [&](double v100_sigma, double remaining_scale, RecommendOptions o = {},
+                 double steps_sigma = 0) {
     SearchProblem p = Problem(c);
     p.space.allow_anchor = false;
     p.space.types = {"t4x4", "v100x4"};
@@ -206,13 +207,13 @@ TEST(Decide, MeasuresUncertainTypeOnlyWhenItCanPayOff) {
       }
       return e;
     };
-    p.predictor.steps = [base, remaining_scale](double b) {
+    p.predictor.steps = [base, remaining_scale, steps_sigma](double b) {
       Estimate e = base.steps(b);
       e.value *= remaining_scale;
+      e.log_sigma = steps_sigma;
       return e;
     };
     p.current = &cur;
-    RecommendOptions o;
     return Decide(p, o, [](const Config& cfg) { return cfg.type != "v100x4"; });
   };
   // Certain projection: nothing to learn.
@@ -225,6 +226,32 @@ TEST(Decide, MeasuresUncertainTypeOnlyWhenItCanPayOff) {
   EXPECT_GT(r.expected_improvement, r.measurement_cost);
   // Same uncertainty but almost done: not worth it.
   EXPECT_NE(run(0.6, 0.01).action, Recommendation::Action::kMeasure);
+  // Uncertain steps to the target (statistical efficiency) are not what a throughput
+  // measurement reveals: a certain step time with uncertain steps is not measured.
+  Recommendation s = run(0.0, 500, {}, 0.6);
+  EXPECT_NE(s.action, Recommendation::Action::kMeasure) << s.reason;
+  EXPECT_GT(s.best.log_sigma, 0.5);
+  // ... while the step-time part still is, and the reason shows the step time's uncertainty.
+  s = run(0.6, 500, {}, 0.6);
+  EXPECT_EQ(s.action, Recommendation::Action::kMeasure) << s.reason;
+  EXPECT_NE(s.reason.find("step time ±60%"), std::string::npos) << s.reason;
+  EXPECT_NEAR(s.expected_improvement, r.expected_improvement, 1e-9 * r.expected_improvement);
+  // The exploration budget: no measurement once measuring has used its share of the expected
+  // total (spent + best predicted remaining).
+  const double total = r.best.cost;  // nothing spent yet
+  RecommendOptions o;
+  o.exploration_budget_share = 0;
+  EXPECT_NE(run(0.6, 500, o).action, Recommendation::Action::kMeasure);
+  o.exploration_budget_share = 0.04;
+  o.spent = 10 * total;
+  o.exploration_spent = 0.04 * (o.spent + total);  // the budget is used up
+  EXPECT_NE(run(0.6, 500, o).action, Recommendation::Action::kMeasure);
+  o.exploration_spent = 0.04 * (o.spent + total) - 2 * r.measurement_cost;  // room for one more
+  EXPECT_EQ(run(0.6, 500, o).action, Recommendation::Action::kMeasure);
+  std::string err;
+  o.exploration_spent = o.spent + 1;
+  EXPECT_FALSE(o.IsValid(&err));
+  EXPECT_EQ(err, "spent and exploration_spent must be >= 0 with exploration_spent <= spent");
 }
 
 TEST(Decide, ExpectedImprovementClosedForm) {

@@ -109,17 +109,25 @@ TEST(Options, EnvTableListsEveryVariableOnceWithItsDefault) {
   EXPECT_EQ(o.measure_every, Options{}.measure_every);
 }
 
-// Every variable documented in docs/plugin.md (the README table is generated from EnvTable()).
-TEST(Options, DocsListEveryVariable) {
-  std::FILE* f = std::fopen(CLOUDTUNE_SOURCE_DIR "/docs/plugin.md", "r");
-  ASSERT_NE(f, nullptr) << "docs/plugin.md missing";
+std::string ReadSourceFile(const std::string& rel) {
+  std::FILE* f = std::fopen((std::string(CLOUDTUNE_SOURCE_DIR "/") + rel).c_str(), "r");
+  if (f == nullptr) return "";
   std::string text;
   char buf[4096];
   size_t n;
   while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) text.append(buf, n);
   std::fclose(f);
-  for (const auto& v : EnvTable())
-    EXPECT_NE(text.find("`" + v.name + "`"), std::string::npos) << v.name << " not in docs";
+  return text;
+}
+
+// Every variable documented in docs/plugin.md and in the README's table.
+TEST(Options, DocsListEveryVariable) {
+  for (const char* doc : {"docs/plugin.md", "README.md"}) {
+    const std::string text = ReadSourceFile(doc);
+    ASSERT_FALSE(text.empty()) << doc << " missing";
+    for (const auto& v : EnvTable())
+      EXPECT_NE(text.find("`" + v.name + "`"), std::string::npos) << v.name << " not in " << doc;
+  }
 }
 
 }  // namespace
