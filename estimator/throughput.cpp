@@ -18,15 +18,17 @@ namespace detail {
 namespace {
 
 constexpr int kC = kNumThroughputParams;  // core parameters
-constexpr int kJ = kC + 3;         // Jet size: core + this row's node, placement and batch effects
+constexpr int kJ = kC + 4;  // Jet size: core + this row's node, placement, batch, compute effects
 constexpr double kLogMin = -20.7;  // log(1e-9 s)
 constexpr double kLogMax = 9.2;    // log(1e4 s)
 constexpr double kKappaMin = 0.3, kKappaMax = 3.0;
 constexpr double kGammaMin = 1.0, kGammaMax = 10.0;
+constexpr double kOmegaMin = 0.05;
+inline double EnvD(const char* n, double d) { const char* v = std::getenv(n); return v ? std::atof(v) : d; }
 constexpr double kEffectMax = 2.0;
 // |log multiplier| of an effect
 
-bool IsLogParam(int i) { return i != kKappa && i != kGamma && i != kZetaC; }
+bool IsLogParam(int i) { return i != kKappa && i != kGamma && i != kZetaC && i != kOmega; }
 
 inline double Scalar(double x) { return x; }
 template <typename J>
@@ -43,13 +45,13 @@ struct Row {
   int node_index = -1;   // index of the node effect (-1: none, one machine)
   int place_index = -1;  // index of the (num_nodes, num_replicas) effect (-1: none)
   int batch_index = 0;   // index of the batch effect
+  int compute_index = 0;  // index of the (num_nodes, num_replicas) compute effect
 };
 
 // Growth of the network all-reduce time with the number of replicas: log(R/2), the latency of a
 // tree (or the chunk count of a pipelined ring); a linear (R - 2) term, as in Pollux, over-predicts
 // large jobs.
-inline double EnvD(const char* n, double d) { const char* v = std::getenv(n); return v ? std::atof(v) : d; }
-inline double RGrowth(int r) { static const double p = EnvD("CT_P", 0.0); return p == 0 ? std::log(r / 2.0) : (std::pow(r / 2.0, p) - 1) / p; }
+inline double RGrowth(int r) { return std::log(r / 2.0); }
 
 // The model: per micro-step compute time T_c and step time, given the core parameters and this
 // configuration's network effect (node + placement, log multiplier of T_n) and batch effect (log
@@ -73,15 +75,17 @@ void Times(const T* th, const T& node_eff, const T& batch_eff, int nodes, int re
             exp(th[kDeltaN]) * (g - 1.0) / double(nodes - 1)) *
            exp(node_eff);
     }
-    // T = tc * (1 + (tn/tc)^gamma)^(1/gamma), with a stable softplus.
-    const T u = th[kGamma] * log(tn / tc);
+    // T = tc + tn - softmin(omega * tc, tn), softmin(a, b) = (a^-gamma + b^-gamma)^(-1/gamma)
+    // = a * exp(-softplus(gamma * log(a / b)) / gamma), with a stable softplus.
+    const T a = th[kOmega] * tc;
+    const T u = th[kGamma] * log(a / tn);
     T sp;
     if (Scalar(u) > 30.0) {
       sp = u + log(1.0 + exp(-u));
     } else {
       sp = log(1.0 + exp(u));
     }
-    t = tc * exp(sp / th[kGamma]);
+    t = tc + tn - a * exp(-sp / th[kGamma]);
   }
   *tc_out = tc;
   *step_out = double(accum) * tc + t;
@@ -168,6 +172,7 @@ class StepGroupCost : public ceres::CostFunction {
       sizes->push_back(1);
     }
     sizes->push_back(n_batch);
+    sizes->push_back(1);  // this placement's compute effect
   }
 
   // Analytic derivatives (Times() is the reference; tests check the fit against known truth).
@@ -175,13 +180,15 @@ class StepGroupCost : public ceres::CostFunction {
   bool Evaluate(double const* const* p, double* residuals, double** jacobians) const override {
     const double* th = p[0];
     const double* batch = p[has_node_ ? 3 : 1];
+    const double ce = p[has_node_ ? 4 : 2][0];
     const CoreCache& c = cache_->Update(th, batch);
     double* jc = jacobians ? jacobians[0] : nullptr;
     double* jn = jacobians && has_node_ ? jacobians[1] : nullptr;
     double* jp = jacobians && has_node_ ? jacobians[2] : nullptr;
     double* jb = jacobians ? jacobians[has_node_ ? 3 : 1] : nullptr;
+    double* jce = jacobians ? jacobians[has_node_ ? 4 : 2] : nullptr;
     if (jb) std::fill(jb, jb + count_ * n_batch_, 0.0);
-    const double gamma = th[kGamma];
+    const double gamma = th[kGamma], omega = th[kOmega];
     // The network all-reduce time of this placement and its derivatives.
     const Row& r0 = rows_[0];
     double tn = 0, log_tn = 0;
@@ -206,23 +213,29 @@ class StepGroupCost : public ceres::CostFunction {
     }
     // Compute slows down with the GPUs sharing a machine: tc *= exp(zeta_c * (g - 1)).
     const double g1 = double(r0.replicas) / r0.nodes - 1.0;
-    const double eg = std::exp(th[kZetaC] * g1);
+    const double eg = std::exp(th[kZetaC] * g1 + ce);
     for (int i = 0; i < count_; ++i) {
       const Row& r = rows_[i];
       const int bi = r.batch_index;
-      const double tc = c.tc[bi] * eg, log_tc = c.log_tc[bi] + th[kZetaC] * g1;
+      const double tc = c.tc[bi] * eg, log_tc = c.log_tc[bi] + th[kZetaC] * g1 + ce;
       double log_t = log_tc, dlogt_dlogtc = 1, dlogt_dlogtn = 0, dlogt_dgamma = 0;
+      double dlogt_domega = 0;
       if (r.replicas >= 2) {
-        // log T = log tc + softplus(gamma * log(tn/tc)) / gamma
-        const double lr = log_tn - log_tc;
+        // T = tc + tn - m, m = softmin(a, tn), a = omega tc:
+        // log m = log a - softplus(u) / gamma, u = gamma * log(a / tn).
+        const double la = std::log(omega) + log_tc;
+        const double lr = la - log_tn;
         const double u = gamma * lr;
         const double eu = std::exp(-std::abs(u));
         const double sp = std::max(u, 0.0) + std::log1p(eu);
         const double sig = u > 0 ? 1.0 / (1.0 + eu) : eu / (1.0 + eu);
-        log_t += sp / gamma;
-        dlogt_dlogtc = 1.0 - sig;
-        dlogt_dlogtn = sig;
-        dlogt_dgamma = -sp / (gamma * gamma) + sig * lr / gamma;
+        const double mm = std::exp(la - sp / gamma);
+        const double t = tc + tn - mm;
+        log_t = std::log(t);
+        dlogt_dlogtc = (tc - mm * (1.0 - sig)) / t;
+        dlogt_dlogtn = (tn - mm * sig) / t;
+        dlogt_dgamma = -mm * (sp / (gamma * gamma) - sig * lr / gamma) / t;
+        dlogt_domega = -mm * (1.0 - sig) / (omega * t);
       }
       // step = accum * tc + T;  w = T / step (1 without accumulation).
       double log_step = log_t, w = 1.0;
@@ -246,11 +259,13 @@ class StepGroupCost : public ceres::CostFunction {
         j[kBetaC] = ktc * c.bk[bi] * c.eb[bi] * eg;
         j[kKappa] = ktc * c.bk[bi] * c.eb[bi] * eg * c.log_b_rel[bi];
         j[kGamma] = k * w * dlogt_dgamma;
+        j[kOmega] = k * w * dlogt_domega;
         j[kZetaC] = ktc * tc * g1;
       }
       if (jn) jn[i] = ktn * tn;
       if (jp) jp[i] = ktn * tn;
       if (jb) jb[i * n_batch_ + bi] = ktc * tc;
+      if (jce) jce[i] = ktc * tc;
     }
     return true;
   }
@@ -364,13 +379,13 @@ double Median(std::vector<double> v) {
 }  // namespace detail
 
 const char* ThroughputParamName(int i) {
-  static const char* kNames[] = {"alpha_c", "beta_c", "kappa",   "alpha_l", "beta_l",
-                                 "alpha_n", "beta_n", "delta_n", "gamma",   "zeta_c"};
+  static const char* kNames[] = {"alpha_c", "beta_c", "kappa", "alpha_l", "beta_l", "alpha_n",
+                                 "beta_n",  "delta_n", "gamma", "zeta_c",  "omega"};
   return (i >= 0 && i < kNumThroughputParams) ? kNames[i] : "?";
 }
 
 const char* ThroughputParamUnit(int i) {
-  static const char* kUnits[] = {"s", "s/sample", "1", "s", "s", "s", "s", "s", "1", "1"};
+  static const char* kUnits[] = {"s", "s/sample", "1", "s", "s", "s", "s", "s", "1", "1", "1"};
   return (i >= 0 && i < kNumThroughputParams) ? kUnits[i] : "?";
 }
 
@@ -389,6 +404,8 @@ bool ThroughputFitOptions::IsValid(std::string* error) const {
     return fail("placement_effect_sigma must be > 0");
   if (!(batch_effect_sigma > 0) || !std::isfinite(batch_effect_sigma))
     return fail("batch_effect_sigma must be > 0");
+  if (!(compute_effect_sigma > 0) || !std::isfinite(compute_effect_sigma))
+    return fail("compute_effect_sigma must be > 0");
   if (!(prior_scale > 0) || !std::isfinite(prior_scale)) return fail("prior_scale must be > 0");
   if (!(identified_ratio > 0 && identified_ratio < 1))
     return fail("identified_ratio must be in (0, 1)");
@@ -429,6 +446,20 @@ int ThroughputModel::BatchIndex(int local_bsz) const {
          static_cast<int>(it - batch_sizes_.begin());
 }
 
+int ThroughputModel::ComputeIndex(int num_nodes, int num_replicas) const {
+  const std::pair<int, int> k(num_nodes, num_replicas);
+  auto it = std::lower_bound(compute_placements_.begin(), compute_placements_.end(), k);
+  if (it == compute_placements_.end() || *it != k) return -1;
+  return kNumThroughputParams +
+         static_cast<int>(node_counts_.size() + placements_.size() + batch_sizes_.size()) +
+         static_cast<int>(it - compute_placements_.begin());
+}
+
+double ThroughputModel::compute_effect(int num_nodes, int num_replicas) const {
+  const int i = ComputeIndex(num_nodes, num_replicas);
+  return i < 0 ? 0 : theta_[i];
+}
+
 double ThroughputModel::placement_effect(int num_nodes, int num_replicas) const {
   const int i = PlaceIndex(num_nodes, num_replicas);
   return i < 0 ? 0 : theta_[i];
@@ -456,10 +487,11 @@ StepPrediction ThroughputModel::Predict(const ConfigKey& key, int gpus_per_node)
   const int ni = net ? NodeIndex(nodes) : -1;
   const int pi = net ? PlaceIndex(nodes, replicas) : -1;
   const int bi = BatchIndex(static_cast<int>(b));
+  const int ci = ComputeIndex(nodes, replicas);
   Jet th[kC];
   for (int i = 0; i < kC; ++i) th[i] = Jet(theta_[i], i);
   const Jet ne = Jet(ni >= 0 ? theta_[ni] : 0.0, kC) + Jet(pi >= 0 ? theta_[pi] : 0.0, kC + 1);
-  const Jet be(bi >= 0 ? theta_[bi] : 0.0, kC + 2);
+  const Jet be = Jet(bi >= 0 ? theta_[bi] : 0.0, kC + 2) + Jet(ci >= 0 ? theta_[ci] : 0.0, kC + 3);
   Jet tc, step;
   detail::Times(th, ne, be, nodes, replicas, b, std::log(b / b_ref_), accum, &tc, &step);
   StepPrediction p;
@@ -473,7 +505,7 @@ StepPrediction ThroughputModel::Predict(const ConfigKey& key, int gpus_per_node)
   std::vector<std::pair<int, double>> g;
   for (int i = 0; i < kC; ++i) g.emplace_back(i, step.v[i] / step.a);
   double var = noise_sigma_ * noise_sigma_;
-  const double gn = step.v[kC] / step.a, gb = step.v[kC + 2] / step.a;
+  const double gn = step.v[kC] / step.a, gb = step.v[kC + 2] / step.a, gc = step.v[kC + 3] / step.a;
   if (ni >= 0)
     g.emplace_back(ni, gn);
   else if (net)
@@ -486,6 +518,10 @@ StepPrediction ThroughputModel::Predict(const ConfigKey& key, int gpus_per_node)
     g.emplace_back(bi, gb);
   else
     var += gb * gb * batch_effect_sigma_ * batch_effect_sigma_;
+  if (ci >= 0)
+    g.emplace_back(ci, gc);
+  else
+    var += gc * gc * compute_effect_sigma_ * compute_effect_sigma_;
   if (covariance_.size() == n * n)
     for (const auto& [i, gi] : g)
       for (const auto& [j, gj] : g) var += gi * covariance_[i * n + j] * gj;
@@ -498,7 +534,8 @@ nlohmann::json ThroughputModel::ToJson() const {
   j["schema"] = "cloudtune.throughput_model/1";
   j["model"] = {
       {"form",
-       "T_c = (alpha_c + beta_c*b*(b/b_ref)^(kappa-1))*exp(batch_effect[b] + zeta_c*(R/N-1)); "
+       "T_c = (alpha_c + beta_c*b*(b/b_ref)^(kappa-1))*exp(batch_effect[b] + "
+       "compute_effect[N,R] + zeta_c*(R/N-1)); "
        "T_n = 0 (R=1), "
        "alpha_l + beta_l*(R-2) (N=1), (alpha_n + beta_n*log(R/2) + "
        "delta_n*(R/N-1)/(N-1))*exp(node_effect[N] + placement_effect[N,R]) (N>=2); "
@@ -508,7 +545,8 @@ nlohmann::json ThroughputModel::ToJson() const {
       {"noise_sigma", noise_sigma_},
       {"node_effect_sigma", node_effect_sigma_},
       {"placement_effect_sigma", placement_effect_sigma_},
-      {"batch_effect_sigma", batch_effect_sigma_}};
+      {"batch_effect_sigma", batch_effect_sigma_},
+      {"compute_effect_sigma", compute_effect_sigma_}};
   nlohmann::json ps = nlohmann::json::array();
   for (int i = 0; i < kNumThroughputParams; ++i) {
     ps.push_back({{"name", ThroughputParamName(i)},
@@ -546,6 +584,16 @@ nlohmann::json ThroughputModel::ToJson() const {
   j["node_effects"] = ne;       // log multipliers of T_n
   j["placement_effects"] = pe;  // log multipliers of T_n
   j["batch_effects"] = be;      // log multipliers of T_c
+  nlohmann::json ce = nlohmann::json::array();
+  for (const auto& [nn, rr] : compute_placements_) {
+    const int i = ComputeIndex(nn, rr);
+    ce.push_back({{"num_nodes", nn},
+                  {"num_replicas", rr},
+                  {"value", theta_[i]},
+                  {"identified", static_cast<bool>(identified_[i])},
+                  {"sigma", param_sigma(i)}});
+  }
+  j["compute_effects"] = ce;  // log multipliers of T_c
   const size_t n = theta_.size();
   nlohmann::json cov = nlohmann::json::array();
   for (size_t r = 0; r < n; ++r) {
@@ -554,7 +602,7 @@ nlohmann::json ThroughputModel::ToJson() const {
       row.push_back(covariance_.empty() ? 0.0 : covariance_[r * n + c]);
     cov.push_back(row);
   }
-  j["covariance"] = cov;  // of [log/linear core parameters | node | placement | batch effects]
+  j["covariance"] = cov;  // of [log/linear core parameters | node | placement | batch | compute]
   j["fit"] = {{"configurations", stats_.configurations},
               {"residuals", stats_.residuals},
               {"iterations", stats_.iterations},
@@ -597,8 +645,10 @@ ThroughputModel ThroughputModel::FromJson(const nlohmann::json& j, const std::st
   m.node_effect_sigma_ = number(mo, "node_effect_sigma", "model");
   m.placement_effect_sigma_ = number(mo, "placement_effect_sigma", "model");
   m.batch_effect_sigma_ = number(mo, "batch_effect_sigma", "model");
+  m.compute_effect_sigma_ =
+      mo.contains("compute_effect_sigma") ? number(mo, "compute_effect_sigma", "model") : 0.0;
   if (m.noise_sigma_ < 0 || m.node_effect_sigma_ < 0 || m.placement_effect_sigma_ < 0 ||
-      m.batch_effect_sigma_ < 0)
+      m.batch_effect_sigma_ < 0 || m.compute_effect_sigma_ < 0)
     fail("model: sigmas must be >= 0");
   if (!j.contains("parameters") || !j["parameters"].is_array())
     fail("missing array \"parameters\"");
@@ -617,6 +667,7 @@ ThroughputModel ThroughputModel::FromJson(const nlohmann::json& j, const std::st
     const double v = number(p, "value", at + " (" + name + ")");
     if (detail::IsLogParam(i) && !(v > 0)) fail(at + " (" + name + ").value: must be positive");
     if (i == kGamma && v < 1) fail(at + " (gamma).value: must be >= 1");
+    if (i == kOmega && !(v > 0 && v <= 1)) fail(at + " (omega).value: must be in (0, 1]");
     core[i] = detail::IsLogParam(i) ? std::log(v) : v;
     core_id[i] = flag(p);
     seen[i] = true;
@@ -661,6 +712,23 @@ ThroughputModel ThroughputModel::FromJson(const nlohmann::json& j, const std::st
     }
   }
   effects("batch_effects", "local_bsz", &m.batch_sizes_, 1);
+  if (j.contains("compute_effects")) {
+    const auto& a = j["compute_effects"];
+    if (!a.is_array()) fail("compute_effects: expected an array");
+    for (size_t k = 0; k < a.size(); ++k) {
+      const std::string at = "compute_effects[" + std::to_string(k) + "]";
+      if (!a[k].is_object()) fail(at + ": expected an object");
+      const double nn = number(a[k], "num_nodes", at), rr = number(a[k], "num_replicas", at);
+      if (nn != std::floor(nn) || rr != std::floor(rr) || nn < 1 || rr < nn || rr > 1e9)
+        fail(at + ": expected integers 1 <= num_nodes <= num_replicas");
+      const std::pair<int, int> key(static_cast<int>(nn), static_cast<int>(rr));
+      if (!m.compute_placements_.empty() && !(m.compute_placements_.back() < key))
+        fail(at + ": placements must be sorted and distinct");
+      m.compute_placements_.push_back(key);
+      m.theta_.push_back(number(a[k], "value", at));
+      m.identified_.push_back(flag(a[k]));
+    }
+  }
   const size_t n = m.theta_.size();
   if (j.contains("covariance")) {
     const auto& c = j["covariance"];
@@ -718,6 +786,8 @@ ThroughputModel FitThroughput(const std::vector<Measurement>& data,
       m.placements_.emplace_back(d.key.num_nodes, d.key.num_replicas);
     }
     m.batch_sizes_.push_back(std::max(1, d.key.local_bsz));
+    m.compute_placements_.emplace_back(std::max(1, d.key.num_nodes),
+                                       std::max(1, d.key.num_replicas));
   }
   for (auto* v : {&m.node_counts_, &m.batch_sizes_}) {
     std::sort(v->begin(), v->end());
@@ -725,15 +795,21 @@ ThroughputModel FitThroughput(const std::vector<Measurement>& data,
   }
   std::sort(m.placements_.begin(), m.placements_.end());
   m.placements_.erase(std::unique(m.placements_.begin(), m.placements_.end()), m.placements_.end());
+  std::sort(m.compute_placements_.begin(), m.compute_placements_.end());
+  m.compute_placements_.erase(
+      std::unique(m.compute_placements_.begin(), m.compute_placements_.end()),
+      m.compute_placements_.end());
   const int n_node = static_cast<int>(m.node_counts_.size());
   const int n_batch = static_cast<int>(m.batch_sizes_.size());
   const int n_place = static_cast<int>(m.placements_.size());
-  const int n_par = kC + n_node + n_place + n_batch;
+  const int n_cpl = static_cast<int>(m.compute_placements_.size());
+  const int n_par = kC + n_node + n_place + n_batch + n_cpl;
   const double b_ref = std::exp(sum_lb / data.size());
   m.b_ref_ = b_ref;
   m.node_effect_sigma_ = options.node_effect_sigma * options.prior_scale;
   m.placement_effect_sigma_ = options.placement_effect_sigma * options.prior_scale;
   m.batch_effect_sigma_ = options.batch_effect_sigma * options.prior_scale;
+  m.compute_effect_sigma_ = (std::getenv("CT_CS") ? std::atof(std::getenv("CT_CS")) : options.compute_effect_sigma) * options.prior_scale;
 
   std::vector<Row> rows;
   rows.reserve(data.size());
@@ -756,6 +832,7 @@ ThroughputModel FitThroughput(const std::vector<Measurement>& data,
       r.place_index = m.PlaceIndex(r.nodes, r.replicas) - kC - n_node;
     }
     r.batch_index = m.BatchIndex(static_cast<int>(r.b)) - kC - n_node - n_place;
+    r.compute_index = m.ComputeIndex(r.nodes, r.replicas) - kC - n_node - n_place - n_batch;
     rows.push_back(r);
     // sync_time = 0 with several replicas means "not measured" (e.g. Gavel's traces): such a
     // configuration constrains the step time only.
@@ -811,12 +888,13 @@ ThroughputModel FitThroughput(const std::vector<Measurement>& data,
       {kBetaC, -1, std::log(0.8 * tc_med / b_ref), 2.0 * ps},
       {kKappa, -1, 1.0, 0.3 * ps},
       {kAlphaN, -1, std::log(alpha_n0), 2.0 * ps},
-      {kBetaN, kAlphaN, std::log(0.1), 2.0 * ps},
-      {kDeltaN, kAlphaN, std::log(0.2), 2.0 * ps},
-      {kAlphaL, kAlphaN, std::log(0.1), 2.0 * ps},
-      {kBetaL, kAlphaL, std::log(0.1), 2.0 * ps},
+      {kBetaN, kAlphaN, std::log(EnvD("CT_BN", 0.1)), EnvD("CT_RS", 2.0) * ps},
+      {kDeltaN, kAlphaN, std::log(EnvD("CT_DN", 0.2)), EnvD("CT_RS", 2.0) * ps},
+      {kAlphaL, kAlphaN, std::log(EnvD("CT_AL", 0.1)), EnvD("CT_RS", 2.0) * ps},
+      {kBetaL, kAlphaL, std::log(EnvD("CT_BL", 0.1)), EnvD("CT_RS", 2.0) * ps},
       {kGamma, -1, 2.0, 1.5 * ps},
       {kZetaC, -1, 0.0, 0.05 * ps},
+      {kOmega, -1, EnvD("CT_OM", 0.7), EnvD("CT_OMS", 0.2) * ps},
   };
   const int num_priors = static_cast<int>(prior->priors.size());
 
@@ -832,11 +910,13 @@ ThroughputModel FitThroughput(const std::vector<Measurement>& data,
   th[kDeltaN] = std::log(0.2 * alpha_n0);
   th[kGamma] = 2.0;
   th[kZetaC] = 0.0;
+  th[kOmega] = EnvD("CT_OM", 0.7);
   for (int i = 0; i < kC; ++i)
     if (IsLogParam(i)) th[i] = std::clamp(th[i], kLogMin + 1, kLogMax - 1);
   double* node_eff = th + kC;
   double* place_eff = th + kC + n_node;
   double* batch_eff = th + kC + n_node + n_place;
+  double* comp_eff = batch_eff + n_batch;
 
   // Rows of one placement form one residual block.
   std::stable_sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) {
@@ -866,9 +946,11 @@ ThroughputModel FitThroughput(const std::vector<Measurement>& data,
     if (r.node_index >= 0)
       data_ids.push_back(problem.AddResidualBlock(&step_costs.back(), nullptr, th,
                                                   node_eff + r.node_index,
-                                                  place_eff + r.place_index, batch_eff));
+                                                  place_eff + r.place_index, batch_eff,
+                                                  comp_eff + r.compute_index));
     else
-      data_ids.push_back(problem.AddResidualBlock(&step_costs.back(), nullptr, th, batch_eff));
+      data_ids.push_back(problem.AddResidualBlock(&step_costs.back(), nullptr, th, batch_eff,
+                                                  comp_eff + r.compute_index));
     n_data_res += static_cast<int>(e - i);
     i = e;
   }
@@ -890,7 +972,7 @@ ThroughputModel FitThroughput(const std::vector<Measurement>& data,
   }
   ceres::AutoDiffCostFunction<PriorCost, ceres::DYNAMIC, kC> prior_cost(prior, num_priors);
   EffectPrior node_prior(1, m.node_effect_sigma_), place_prior(1, m.placement_effect_sigma_),
-      batch_prior(n_batch, m.batch_effect_sigma_);
+      batch_prior(n_batch, m.batch_effect_sigma_), comp_prior(1, m.compute_effect_sigma_);
   std::vector<ceres::ResidualBlockId> prior_ids;
   prior_ids.push_back(problem.AddResidualBlock(&prior_cost, nullptr, th));
   for (int k = 0; k < n_node; ++k)
@@ -898,12 +980,15 @@ ThroughputModel FitThroughput(const std::vector<Measurement>& data,
   for (int k = 0; k < n_place; ++k)
     prior_ids.push_back(problem.AddResidualBlock(&place_prior, nullptr, place_eff + k));
   prior_ids.push_back(problem.AddResidualBlock(&batch_prior, nullptr, batch_eff));
+  for (int k = 0; k < n_cpl; ++k)
+    prior_ids.push_back(problem.AddResidualBlock(&comp_prior, nullptr, comp_eff + k));
 
   for (int i = 0; i < kC; ++i) {
     double lo = kLogMin, hi = kLogMax;
     if (i == kKappa) lo = kKappaMin, hi = kKappaMax;
     if (i == kGamma) lo = kGammaMin, hi = kGammaMax;
     if (i == kZetaC) lo = -0.5, hi = 0.5;
+    if (i == kOmega) lo = kOmegaMin, hi = 1.0;
     problem.SetParameterLowerBound(th, i, lo);
     problem.SetParameterUpperBound(th, i, hi);
   }
@@ -914,6 +999,10 @@ ThroughputModel FitThroughput(const std::vector<Measurement>& data,
   for (int k = 0; k < n_batch; ++k) {
     problem.SetParameterLowerBound(batch_eff, k, -kEffectMax);
     problem.SetParameterUpperBound(batch_eff, k, kEffectMax);
+  }
+  for (int k = 0; k < n_cpl; ++k) {
+    problem.SetParameterLowerBound(comp_eff + k, 0, -kEffectMax);
+    problem.SetParameterUpperBound(comp_eff + k, 0, kEffectMax);
   }
 
   ceres::Solver::Options so;
@@ -933,7 +1022,8 @@ ThroughputModel FitThroughput(const std::vector<Measurement>& data,
   for (const Row& r : rows) {
     double tc, step;
     Times(th, r.node_index >= 0 ? node_eff[r.node_index] + place_eff[r.place_index] : 0.0,
-          batch_eff[r.batch_index], r.nodes, r.replicas, r.b, r.log_b_rel, r.accum, &tc, &step);
+          batch_eff[r.batch_index] + comp_eff[r.compute_index], r.nodes, r.replicas, r.b,
+          r.log_b_rel, r.accum, &tc, &step);
     const double lr = std::log(step) - r.log_step;
     ss += lr * lr;
     const double ape = std::abs(std::exp(lr) - 1.0);
@@ -951,6 +1041,7 @@ ThroughputModel FitThroughput(const std::vector<Measurement>& data,
     blocks.push_back(th);
     for (int k = 0; k < n_node + n_place; ++k) blocks.push_back(node_eff + k);
     blocks.push_back(batch_eff);
+    for (int k = 0; k < n_cpl; ++k) blocks.push_back(comp_eff + k);
     auto info = [&](const std::vector<ceres::ResidualBlockId>& ids, double* cost) {
       ceres::Problem::EvaluateOptions eo;
       eo.residual_blocks = ids;

@@ -9,7 +9,7 @@
 //
 // Model form (b = local batch, s = accum_steps, R = replicas, N = nodes, g = R/N):
 //   compute     T_c = (alpha_c + beta_c * b * (b / b_ref)^(kappa - 1))
-//                     * exp(batch_effect[b] + zeta_c * (g - 1))
+//                     * exp(batch_effect[b] + compute_effect[N, R] + zeta_c * (g - 1))
 //                     (zeta_c: GPUs of one machine contend for PCIe, CPU and data loading)
 //                     (kappa < 1: the GPU is under-used at small b; kappa > 1: super-linear)
 //   all-reduce  T_n = 0                                               R = 1
@@ -18,8 +18,9 @@
 //                     * exp(node_effect[N] + placement_effect[N, R])          N >= 2
 //   overlap     T   = (T_c^gamma + T_n^gamma)^(1/gamma)               gamma >= 1
 //   step        T_step = s * T_c + T;  exposed sync = T - T_c;  compute = (s + 1) * T_c.
-// batch_effect[b], node_effect[N] and placement_effect[N, R] are random effects (one per batch
-// size, node count and (N, R) pair seen in the data, shrunk towards 0 by a prior): they absorb
+// batch_effect[b], node_effect[N], placement_effect[N, R] and compute_effect[N, R] are random
+// effects (one per batch size, node count and (N, R) pair seen in the data, shrunk towards 0 by a
+// prior; compute_effect also for N = 1): they absorb
 // what the smooth form misses (kernel choices at some batch sizes, network topology at some node
 // counts and placements); unseen values use 0 and the prior's variance. Fitted on log(step time) of
 // every configuration and log(compute time) per batch size, with a Huber loss, weak log-normal
@@ -59,6 +60,7 @@ enum ThroughputParam : int {
   kDeltaN,      // s         extra all-reduce time per additional GPU sharing a NIC (at N = 2)
   kGamma,       // 1         overlap of compute and all-reduce (1 = none, large = full)
   kZetaC,       // 1         log slow-down of compute per additional GPU sharing a machine
+  kOmega,       // 1         fraction of the compute time an all-reduce can hide behind (0, 1]
   kNumThroughputParams
 };
 // The core parameters' names (as in MODEL.json) and units.
@@ -84,6 +86,10 @@ struct ThroughputFitOptions {
   double node_effect_sigma = 0.2;
   double placement_effect_sigma = 0.1;
   double batch_effect_sigma = 0.1;
+  // Prior standard deviation of the per-(num_nodes, num_replicas) log multiplier of the compute
+  // time (data loading, PCIe and CPU contention particular to a placement; shows at large
+  // batches, where the all-reduce is hidden). Must be > 0.
+  double compute_effect_sigma = 0.05;
   // Posterior/prior variance ratio below which a parameter counts as identified by the data.
   // Must be in (0, 1).
   double identified_ratio = 0.25;
@@ -137,11 +143,13 @@ class ThroughputModel {
   double node_effect(int num_nodes) const;
   double placement_effect(int num_nodes, int num_replicas) const;
   double batch_effect(int local_bsz) const;
+  double compute_effect(int num_nodes, int num_replicas) const;
   const std::vector<int>& node_counts() const { return node_counts_; }
   const std::vector<std::pair<int, int>>& placements() const { return placements_; }
   const std::vector<int>& batch_sizes() const { return batch_sizes_; }
+  const std::vector<std::pair<int, int>>& compute_placements() const { return compute_placements_; }
 
-  // Internal representation: theta = [core | node | placement | batch effects]; core[i] =
+  // Internal representation: theta = [core | node | placement | batch | compute effects]; core[i] =
   // log(value) for positive parameters, value for kappa and gamma. covariance_ is theta's,
   // row-major.
   const std::vector<double>& theta() const { return theta_; }
@@ -152,17 +160,20 @@ class ThroughputModel {
   int NodeIndex(int num_nodes) const;  // index into theta_, -1 if unseen
   int PlaceIndex(int num_nodes, int num_replicas) const;
   int BatchIndex(int local_bsz) const;
+  int ComputeIndex(int num_nodes, int num_replicas) const;
   std::vector<double> theta_;
   std::vector<double> covariance_;
   std::vector<bool> identified_;
   std::vector<int> node_counts_;                 // sorted node counts (>= 2) with an effect
   std::vector<std::pair<int, int>> placements_;  // sorted (N, R), N >= 2, with an effect
   std::vector<int> batch_sizes_;                 // sorted batch sizes with an effect
+  std::vector<std::pair<int, int>> compute_placements_;  // sorted (N, R) with a compute effect
   double b_ref_ = 1;
   double noise_sigma_ = 0.05;
   double node_effect_sigma_ = 0.2;  // prior std of an unseen node count's effect
   double placement_effect_sigma_ = 0.1;
   double batch_effect_sigma_ = 0.1;  // prior std of an unseen batch size's effect
+  double compute_effect_sigma_ = 0.05;
   ThroughputFitStats stats_;
 };
 

@@ -294,8 +294,10 @@ class Online {
         po,
         [this](const service::PreemptionNotice& n) {
           if (!leader_) return;
-          plugin_->sidecar()->Write("preemption", step_.load(std::memory_order_relaxed),
-                                    n.ToJson());
+          nlohmann::json rec = n.ToJson();
+          rec["notice_time"] = rec["time"];  // the record's "time" is the sidecar's clock
+          rec.erase("time");
+          plugin_->sidecar()->Write("preemption", step_.load(std::memory_order_relaxed), rec);
           Log("cloudtune: preemption notice from " + n.provider + " (" + n.action +
               (n.time.empty() ? "" : " at " + n.time) +
               "): checkpoint now; recommending for the remaining fleet");

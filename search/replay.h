@@ -23,6 +23,11 @@
 //   "measure_s": 300,                // an exploratory measurement window
 //   "cost": {"restart_s": 120, "checkpoint_s": 30, "anchor_checkpoint_s": 5, "switch_s": 180}
 // }
+// Revocations: a spot/anchor cluster is revoked when its cumulative hazard (catalog rate × nodes ×
+// training time) crosses the next Exp(1) threshold; the thresholds depend on the seed only, so all
+// policies face the same revocation luck (common random numbers). A revocation rolls back to the
+// last checkpoint (every Young/Daly interval of the running configuration, carried across decision
+// windows; a switch checkpoints) and costs restart_s. Measurement noise is drawn per policy.
 // Gavel's throughputs are read as aggregate worker-steps/s at per-GPU batch b: the optimizer step
 // time of R replicas is R / steps_per_s (no sync split: sync_time 0). Only configurations with an
 // even placement (replicas = nodes × GPUs per node) are candidates.
