@@ -188,9 +188,9 @@ int Worker(const Flags& f) {
   int64_t step = 0;
   bool stop = false;
   if (f.adaptive.active()) {  // the evaluated loop of examples/adaptive_batch.h replaces the epochs
-    LoopContext lc{&net, &opt, &fg, &accum, pg.get(), ct, rank, world, x_train, y_train, x_test,
-                   y_test, f.batch, f.accum, f.lr, f.seed, f.epochs, f.steps, f.test_limit,
-                   f.log_every, t0};
+    LoopContext lc{&net,  &opt,    &fg,      &accum,  pg.get(),     ct,          rank,
+                   world, x_train, y_train,  x_test,  y_test,       f.batch,     f.accum,
+                   f.lr,  f.seed,  f.epochs, f.steps, f.test_limit, f.log_every, t0};
     stop = RunAdaptiveLoop(f.adaptive, lc);
   }
   for (int epoch = 1; epoch <= f.epochs && !stop; ++epoch) {

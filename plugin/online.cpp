@@ -113,6 +113,8 @@ class Online {
       return;
     }
     base_ = service::RestoreSnapshot(*r.state);
+    if (base_.current.num_nodes > 0)
+      base_.gpus_per_node = std::max(1, base_.current.num_replicas / base_.current.num_nodes);
     restored_ = true;
     Log("cloudtune: restored state from " + state_path_ + ": " +
         std::to_string(base_.profile.size()) + " configuration(s), step " +
@@ -208,7 +210,13 @@ class Online {
       service::TunerResult r;
       try {
         if (!inner) throw std::runtime_error("tuner off: " + why);
-        r = inner(s, c);
+        // After a notice every refit plans for the remaining fleet.
+        const bool preempted = preempted_.load() || c.trigger == "preemption";
+        service::RefitContext ctx = c;
+        if (preempted) ctx.trigger = "preemption";
+        r = inner(s, ctx);
+        r.recommendation["trigger"] = c.trigger;
+        if (preempted) r.change_key += "|preempted";
       } catch (...) {
         Save(s, nullptr);
         throw;
@@ -298,9 +306,7 @@ class Online {
           rec["notice_time"] = rec["time"];  // the record's "time" is the sidecar's clock
           rec.erase("time");
           plugin_->sidecar()->Write("preemption", step_.load(std::memory_order_relaxed), rec);
-          Log("cloudtune: preemption notice from " + n.provider + " (" + n.action +
-              (n.time.empty() ? "" : " at " + n.time) +
-              "): checkpoint now; recommending for the remaining fleet");
+          preempted_ = true;  // the watcher logged the notice
           if (tuner_) tuner_->RequestRefit("preemption");
         },
         leader_ ? service::PreemptionWatcher::LogFn([this](const std::string& l) { Log(l); })
@@ -326,6 +332,7 @@ class Online {
   bool leader_ = false;
   bool quiet_ = false;
   std::atomic<bool> stopped_{false};
+  std::atomic<bool> preempted_{false};  // a notice was seen (rank 0)
   search::Catalog catalog_;
   std::unique_ptr<service::Tuner> tuner_;
   std::unique_ptr<service::HttpServer> http_;

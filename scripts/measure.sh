@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Re-measures the quality and speed figures reported in docs/results.md, from the repo root, with
+# the binaries in build/ (run scripts/build.sh first). Writes everything to stdout.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+B=build/bin
+echo "== throughput fit accuracy (Pollux T4)"
+python3 ../shared/eval/fit_accuracy.py --cli $B/cloudtune --pollux ../shared/data/traces/pollux-t4
+echo "== throughput fit accuracy (Gavel, converted by scripts/gavel_to_trace.py)"
+sets=()
+for f in data/traces/gavel/*.csv; do sets+=("$(basename "$f" .csv)=$f"); done
+python3 ../shared/eval/fit_accuracy.py --cli $B/cloudtune "${sets[@]}"
+echo "== steps accuracy"
+python3 ../shared/eval/steps_accuracy.py --cli $B/cloudtune ../shared/data/traces/pollux-t4/{cifar10,imagenet,bert,ncf}
+echo "== replay"
+$B/cloudtune replay data/scenarios/*.json
+echo "== benchmarks"
+$B/bench_fit --benchmark_min_time=0.5
+$B/bench_search
+[ -x $B/bench_efficiency ] && $B/bench_efficiency
+[ -x $B/bench_tuner ] && $B/bench_tuner
+[ -x $B/bench_overhead ] && $B/bench_overhead
+exit 0
