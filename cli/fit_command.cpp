@@ -109,6 +109,10 @@ void RegisterFitCommands(CLI::App& app) {
   fit->add_option("--batch-effect-sigma", fa->options.batch_effect_sigma,
                   "Prior std. dev. of the per-batch-size compute effects (log scale)")
       ->capture_default_str();
+  fit->add_option(
+         "--compute-effect-sigma", fa->options.compute_effect_sigma,
+         "Prior std. dev. of the per-(num_nodes, num_replicas) compute effects (log scale)")
+      ->capture_default_str();
   fit->callback([fa] { RunFit(*fa); });
 
   auto pa = std::make_shared<PredictArgs>();

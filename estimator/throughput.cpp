@@ -9,7 +9,6 @@
 #include <deque>
 #include <map>
 #include <memory>
-#include <cstdlib>
 
 #include "estimator/error.h"
 
@@ -24,7 +23,14 @@ constexpr double kLogMax = 9.2;    // log(1e4 s)
 constexpr double kKappaMin = 0.3, kKappaMax = 3.0;
 constexpr double kGammaMin = 1.0, kGammaMax = 10.0;
 constexpr double kOmegaMin = 0.05;
-inline double EnvD(const char* n, double d) { const char* v = std::getenv(n); return v ? std::atof(v) : d; }
+// Prior centres of the all-reduce parameters relative to alpha_n (alpha_l: one machine's; beta_l
+// relative to alpha_l), and their log standard deviation. Typical of the fits to full traces of
+// six models on one cluster (alpha_l/alpha_n 0.20-0.35, beta_n/alpha_n 0.15-0.87, delta_n/alpha_n
+// 0.10-0.59, beta_l/alpha_l 0.07-1.8): they only matter when the data cannot identify a parameter.
+constexpr double kAlphaLRatio = 0.25, kBetaNRatio = 0.35, kDeltaNRatio = 0.2, kBetaLRatio = 0.3;
+constexpr double kRatioSigma = 1.0;
+// Prior of omega, the fraction of compute an all-reduce can hide behind (backward ~ 2/3 of it).
+constexpr double kOmegaPrior = 0.7, kOmegaSigma = 0.2;
 constexpr double kEffectMax = 2.0;
 // |log multiplier| of an effect
 
@@ -42,9 +48,9 @@ struct Row {
   double b = 1;
   double log_b_rel = 0;  // log(b / b_ref)
   double log_step = 0;
-  int node_index = -1;   // index of the node effect (-1: none, one machine)
-  int place_index = -1;  // index of the (num_nodes, num_replicas) effect (-1: none)
-  int batch_index = 0;   // index of the batch effect
+  int node_index = -1;    // index of the node effect (-1: none, one machine)
+  int place_index = -1;   // index of the (num_nodes, num_replicas) effect (-1: none)
+  int batch_index = 0;    // index of the batch effect
   int compute_index = 0;  // index of the (num_nodes, num_replicas) compute effect
 };
 
@@ -188,7 +194,7 @@ class StepGroupCost : public ceres::CostFunction {
     double* jb = jacobians ? jacobians[has_node_ ? 3 : 1] : nullptr;
     double* jce = jacobians ? jacobians[has_node_ ? 4 : 2] : nullptr;
     if (jb) std::fill(jb, jb + count_ * n_batch_, 0.0);
-    const double gamma = th[kGamma], omega = th[kOmega];
+    const double gamma = th[kGamma], omega = th[kOmega], log_omega = std::log(omega);
     // The network all-reduce time of this placement and its derivatives.
     const Row& r0 = rows_[0];
     double tn = 0, log_tn = 0;
@@ -223,7 +229,7 @@ class StepGroupCost : public ceres::CostFunction {
       if (r.replicas >= 2) {
         // T = tc + tn - m, m = softmin(a, tn), a = omega tc:
         // log m = log a - softplus(u) / gamma, u = gamma * log(a / tn).
-        const double la = std::log(omega) + log_tc;
+        const double la = log_omega + log_tc;
         const double lr = la - log_tn;
         const double u = gamma * lr;
         const double eu = std::exp(-std::abs(u));
@@ -379,7 +385,7 @@ double Median(std::vector<double> v) {
 }  // namespace detail
 
 const char* ThroughputParamName(int i) {
-  static const char* kNames[] = {"alpha_c", "beta_c", "kappa", "alpha_l", "beta_l", "alpha_n",
+  static const char* kNames[] = {"alpha_c", "beta_c",  "kappa", "alpha_l", "beta_l", "alpha_n",
                                  "beta_n",  "delta_n", "gamma", "zeta_c",  "omega"};
   return (i >= 0 && i < kNumThroughputParams) ? kNames[i] : "?";
 }
@@ -532,21 +538,20 @@ StepPrediction ThroughputModel::Predict(const ConfigKey& key, int gpus_per_node)
 nlohmann::json ThroughputModel::ToJson() const {
   nlohmann::json j;
   j["schema"] = "cloudtune.throughput_model/1";
-  j["model"] = {
-      {"form",
-       "T_c = (alpha_c + beta_c*b*(b/b_ref)^(kappa-1))*exp(batch_effect[b] + "
-       "compute_effect[N,R] + zeta_c*(R/N-1)); "
-       "T_n = 0 (R=1), "
-       "alpha_l + beta_l*(R-2) (N=1), (alpha_n + beta_n*log(R/2) + "
-       "delta_n*(R/N-1)/(N-1))*exp(node_effect[N] + placement_effect[N,R]) (N>=2); "
-       "T = (T_c^gamma + "
-       "T_n^gamma)^(1/gamma); step = s*T_c + T (s = accum_steps)"},
-      {"b_ref", b_ref_},
-      {"noise_sigma", noise_sigma_},
-      {"node_effect_sigma", node_effect_sigma_},
-      {"placement_effect_sigma", placement_effect_sigma_},
-      {"batch_effect_sigma", batch_effect_sigma_},
-      {"compute_effect_sigma", compute_effect_sigma_}};
+  j["model"] = {{"form",
+                 "T_c = (alpha_c + beta_c*b*(b/b_ref)^(kappa-1))*exp(batch_effect[b] + "
+                 "compute_effect[N,R] + zeta_c*(R/N-1)); "
+                 "T_n = 0 (R=1), "
+                 "alpha_l + beta_l*(R-2) (N=1), (alpha_n + beta_n*log(R/2) + "
+                 "delta_n*(R/N-1)/(N-1))*exp(node_effect[N] + placement_effect[N,R]) (N>=2); "
+                 "T = T_c + T_n - (a^-gamma + T_n^-gamma)^(-1/gamma), a = omega*T_c; "
+                 "step = s*T_c + T (s = accum_steps)"},
+                {"b_ref", b_ref_},
+                {"noise_sigma", noise_sigma_},
+                {"node_effect_sigma", node_effect_sigma_},
+                {"placement_effect_sigma", placement_effect_sigma_},
+                {"batch_effect_sigma", batch_effect_sigma_},
+                {"compute_effect_sigma", compute_effect_sigma_}};
   nlohmann::json ps = nlohmann::json::array();
   for (int i = 0; i < kNumThroughputParams; ++i) {
     ps.push_back({{"name", ThroughputParamName(i)},
@@ -809,7 +814,7 @@ ThroughputModel FitThroughput(const std::vector<Measurement>& data,
   m.node_effect_sigma_ = options.node_effect_sigma * options.prior_scale;
   m.placement_effect_sigma_ = options.placement_effect_sigma * options.prior_scale;
   m.batch_effect_sigma_ = options.batch_effect_sigma * options.prior_scale;
-  m.compute_effect_sigma_ = (std::getenv("CT_CS") ? std::atof(std::getenv("CT_CS")) : options.compute_effect_sigma) * options.prior_scale;
+  m.compute_effect_sigma_ = options.compute_effect_sigma * options.prior_scale;
 
   std::vector<Row> rows;
   rows.reserve(data.size());
@@ -872,13 +877,14 @@ ThroughputModel FitThroughput(const std::vector<Measurement>& data,
   double alpha_n0, alpha_l0;
   if (!sync_net.empty()) {
     alpha_n0 = std::max(Median(sync_net), 0.01 * tc_med);
-    alpha_l0 = sync_node.empty() ? 0.1 * alpha_n0 : std::max(Median(sync_node), 1e-3 * tc_med);
+    alpha_l0 =
+        sync_node.empty() ? kAlphaLRatio * alpha_n0 : std::max(Median(sync_node), 1e-3 * tc_med);
   } else if (!sync_node.empty()) {
     alpha_l0 = std::max(Median(sync_node), 1e-3 * tc_med);
-    alpha_n0 = 10 * alpha_l0;
+    alpha_n0 = alpha_l0 / kAlphaLRatio;
   } else {
     alpha_n0 = 0.5 * tc_med;
-    alpha_l0 = 0.05 * tc_med;
+    alpha_l0 = kAlphaLRatio * alpha_n0;
   }
 
   const double ps = options.prior_scale;
@@ -888,13 +894,13 @@ ThroughputModel FitThroughput(const std::vector<Measurement>& data,
       {kBetaC, -1, std::log(0.8 * tc_med / b_ref), 2.0 * ps},
       {kKappa, -1, 1.0, 0.3 * ps},
       {kAlphaN, -1, std::log(alpha_n0), 2.0 * ps},
-      {kBetaN, kAlphaN, std::log(EnvD("CT_BN", 0.1)), EnvD("CT_RS", 2.0) * ps},
-      {kDeltaN, kAlphaN, std::log(EnvD("CT_DN", 0.2)), EnvD("CT_RS", 2.0) * ps},
-      {kAlphaL, kAlphaN, std::log(EnvD("CT_AL", 0.1)), EnvD("CT_RS", 2.0) * ps},
-      {kBetaL, kAlphaL, std::log(EnvD("CT_BL", 0.1)), EnvD("CT_RS", 2.0) * ps},
+      {kBetaN, kAlphaN, std::log(kBetaNRatio), kRatioSigma * ps},
+      {kDeltaN, kAlphaN, std::log(kDeltaNRatio), kRatioSigma * ps},
+      {kAlphaL, kAlphaN, std::log(kAlphaLRatio), kRatioSigma * ps},
+      {kBetaL, kAlphaL, std::log(kBetaLRatio), kRatioSigma * ps},
       {kGamma, -1, 2.0, 1.5 * ps},
       {kZetaC, -1, 0.0, 0.05 * ps},
-      {kOmega, -1, EnvD("CT_OM", 0.7), EnvD("CT_OMS", 0.2) * ps},
+      {kOmega, -1, kOmegaPrior, kOmegaSigma * ps},
   };
   const int num_priors = static_cast<int>(prior->priors.size());
 
@@ -904,13 +910,13 @@ ThroughputModel FitThroughput(const std::vector<Measurement>& data,
   th[kBetaC] = std::log(beta0);
   th[kKappa] = 1.0;
   th[kAlphaL] = std::log(alpha_l0);
-  th[kBetaL] = std::log(0.1 * alpha_l0);
+  th[kBetaL] = std::log(kBetaLRatio * alpha_l0);
   th[kAlphaN] = std::log(alpha_n0);
-  th[kBetaN] = std::log(0.1 * alpha_n0);
-  th[kDeltaN] = std::log(0.2 * alpha_n0);
+  th[kBetaN] = std::log(kBetaNRatio * alpha_n0);
+  th[kDeltaN] = std::log(kDeltaNRatio * alpha_n0);
   th[kGamma] = 2.0;
   th[kZetaC] = 0.0;
-  th[kOmega] = EnvD("CT_OM", 0.7);
+  th[kOmega] = kOmegaPrior;
   for (int i = 0; i < kC; ++i)
     if (IsLogParam(i)) th[i] = std::clamp(th[i], kLogMin + 1, kLogMax - 1);
   double* node_eff = th + kC;
@@ -944,10 +950,9 @@ ThroughputModel FitThroughput(const std::vector<Measurement>& data,
     step_costs.emplace_back(&rows[i], static_cast<int>(e - i), n_batch, 1.0 / options.obs_sigma,
                             options.huber_k, &cache);
     if (r.node_index >= 0)
-      data_ids.push_back(problem.AddResidualBlock(&step_costs.back(), nullptr, th,
-                                                  node_eff + r.node_index,
-                                                  place_eff + r.place_index, batch_eff,
-                                                  comp_eff + r.compute_index));
+      data_ids.push_back(problem.AddResidualBlock(
+          &step_costs.back(), nullptr, th, node_eff + r.node_index, place_eff + r.place_index,
+          batch_eff, comp_eff + r.compute_index));
     else
       data_ids.push_back(problem.AddResidualBlock(&step_costs.back(), nullptr, th, batch_eff,
                                                   comp_eff + r.compute_index));
@@ -1007,6 +1012,7 @@ ThroughputModel FitThroughput(const std::vector<Measurement>& data,
 
   ceres::Solver::Options so;
   so.linear_solver_type = ceres::SPARSE_NORMAL_CHOLESKY;
+  so.jacobi_scaling = false;  // parameters are log times and O(1) effects: already scaled
   so.gradient_tolerance = 1e-14;
   so.parameter_tolerance = 1e-10;
   so.num_threads = 1;
@@ -1065,10 +1071,11 @@ ThroughputModel FitThroughput(const std::vector<Measurement>& data,
     const Eigen::MatrixXd hp = info(prior_ids, &cost_p);
     const Eigen::MatrixXd eye = Eigen::MatrixXd::Identity(n_par, n_par);
     const Eigen::MatrixXd post = (hd + hp).ldlt().solve(eye);
-    const Eigen::MatrixXd pri = hp.ldlt().solve(eye);
     int p_eff = 0;  // parameters the data identified
     for (int i = 0; i < n_par; ++i) {
-      m.identified_[i] = post(i, i) < options.identified_ratio * pri(i, i);
+      // Against the prior variance of parameter i given the others (1 / hp(i, i)): a parameter
+      // tied by a prior to one the data pins (alpha_l to alpha_n) is not identified by that.
+      m.identified_[i] = hp(i, i) > 0 && post(i, i) * hp(i, i) < options.identified_ratio;
       p_eff += m.identified_[i];
     }
     // Scatter of the data around the model relative to obs_sigma (reduced chi-square).

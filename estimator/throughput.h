@@ -16,7 +16,10 @@
 //                   = alpha_l + beta_l * (R - 2)                      N = 1, R >= 2 (one machine)
 //                   = (alpha_n + beta_n * log(R / 2) + delta_n * (g - 1) / (N - 1))
 //                     * exp(node_effect[N] + placement_effect[N, R])          N >= 2
-//   overlap     T   = (T_c^gamma + T_n^gamma)^(1/gamma)               gamma >= 1
+//   overlap     T   = T_c + T_n - softmin(omega * T_c, T_n)             gamma >= 1, 0 < omega <= 1
+//                     softmin(a, c) = (a^-gamma + c^-gamma)^(-1/gamma): the all-reduce hides behind
+//                     at most the fraction omega of the compute (the backward pass); a small T_n
+//                     is mostly hidden, a large one exposed beyond omega * T_c
 //   step        T_step = s * T_c + T;  exposed sync = T - T_c;  compute = (s + 1) * T_c.
 // batch_effect[b], node_effect[N], placement_effect[N, R] and compute_effect[N, R] are random
 // effects (one per batch size, node count and (N, R) pair seen in the data, shrunk towards 0 by a
@@ -58,7 +61,7 @@ enum ThroughputParam : int {
   kAlphaN,      // s         all-reduce time of 2 replicas over the network
   kBetaN,       // s         all-reduce time growth with log(R/2) over the network
   kDeltaN,      // s         extra all-reduce time per additional GPU sharing a NIC (at N = 2)
-  kGamma,       // 1         overlap of compute and all-reduce (1 = none, large = full)
+  kGamma,       // 1         sharpness of the overlap (1 = smooth, large = a hard min)
   kZetaC,       // 1         log slow-down of compute per additional GPU sharing a machine
   kOmega,       // 1         fraction of the compute time an all-reduce can hide behind (0, 1]
   kNumThroughputParams
@@ -73,10 +76,10 @@ struct ThroughputFitOptions {
   double obs_sigma = 0.05;
   // Huber threshold in units of obs_sigma: residuals beyond it count linearly (robust to
   // outliers). 0 = plain least squares. Must be >= 0.
-  double huber_k = 1.5;
+  double huber_k = 1.0;
   // Weight of the log(compute time) residuals relative to the log(step time) ones (the traces give
   // both; compute time pins T_c down). 0 = fit step time only. Must be >= 0.
-  double compute_weight = 1.0;
+  double compute_weight = 0.5;
   // Multiplies the standard deviations of every prior (larger = weaker priors). Must be > 0.
   double prior_scale = 1.0;
   // Prior standard deviations of the random effects (log multipliers): per node count and per
@@ -90,8 +93,8 @@ struct ThroughputFitOptions {
   // time (data loading, PCIe and CPU contention particular to a placement; shows at large
   // batches, where the all-reduce is hidden). Must be > 0.
   double compute_effect_sigma = 0.05;
-  // Posterior/prior variance ratio below which a parameter counts as identified by the data.
-  // Must be in (0, 1).
+  // Posterior variance / prior variance given the other parameters, below which a parameter counts
+  // as identified by the data. Must be in (0, 1).
   double identified_ratio = 0.25;
   // Levenberg-Marquardt iteration cap and relative cost tolerance. max_iterations >= 1,
   // function_tolerance > 0.
@@ -164,9 +167,9 @@ class ThroughputModel {
   std::vector<double> theta_;
   std::vector<double> covariance_;
   std::vector<bool> identified_;
-  std::vector<int> node_counts_;                 // sorted node counts (>= 2) with an effect
-  std::vector<std::pair<int, int>> placements_;  // sorted (N, R), N >= 2, with an effect
-  std::vector<int> batch_sizes_;                 // sorted batch sizes with an effect
+  std::vector<int> node_counts_;                         // sorted node counts (>= 2) with an effect
+  std::vector<std::pair<int, int>> placements_;          // sorted (N, R), N >= 2, with an effect
+  std::vector<int> batch_sizes_;                         // sorted batch sizes with an effect
   std::vector<std::pair<int, int>> compute_placements_;  // sorted (N, R) with a compute effect
   double b_ref_ = 1;
   double noise_sigma_ = 0.05;

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <vector>
 
@@ -110,7 +111,7 @@ struct FlatGrads {
 inline double TrainStep(Net& net, torch::optim::Optimizer& opt, FlatGrads& fg, torch::Tensor& accum,
                         c10d::ProcessGroup* pg, int world_size,
                         const std::vector<std::pair<torch::Tensor, torch::Tensor>>& micro,
-                        plugin::Plugin* ct) {
+                        plugin::Plugin* ct, int slow_ms = 0) {
   ct->StepBegin();  // [cloudtune]
   double loss_sum = 0, slot = 0;
   const bool accumulate = micro.size() > 1;
@@ -126,6 +127,8 @@ inline double TrainStep(Net& net, torch::optim::Optimizer& opt, FlatGrads& fg, t
     slot = ct->GradsLocal({fg.body()});  // [cloudtune] this micro-step's gradients
     if (accumulate) accum.add_(fg.body());
   }
+  // An artificially slow worker (--slow-ms): extra compute time before the all-reduce.
+  if (slow_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(slow_ms));
   if (accumulate) fg.body().copy_(accum).div_(static_cast<double>(micro.size()));
   fg.flat[fg.numel] = slot;  // [cloudtune] the local squared norms ride in the all-reduce
   if (pg && world_size > 1) {

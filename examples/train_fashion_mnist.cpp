@@ -37,6 +37,8 @@ struct Flags {
   int64_t test_limit = 0;  // score at most this many test samples per worker (0 = all)
   std::string data = "/usr/share/datasets/fashion-mnist";
   std::string cache;
+  int slow_rank = -1;  // this rank sleeps slow_ms per step (straggler demonstration)
+  int slow_ms = 0;
   cloudtune::examples::AdaptiveFlags adaptive;  // --adaptive-batch, --validation-csv, ...
 };
 
@@ -206,7 +208,8 @@ int Worker(const Flags& f) {
         auto idx = perm.narrow(0, s * per_step + a * f.batch, f.batch);
         micro.emplace_back(x_train.index_select(0, idx), y_train.index_select(0, idx));
       }
-      loss_window += TrainStep(net, opt, fg, accum, pg.get(), world, micro, ct);
+      loss_window += TrainStep(net, opt, fg, accum, pg.get(), world, micro, ct,
+                               rank == f.slow_rank ? f.slow_ms : 0);
       ++window;
       ++step;
       if (step % f.log_every == 0) {
@@ -275,6 +278,8 @@ int main(int argc, char** argv) {
   app.add_option("--data", f.data, "directory with the Fashion-MNIST IDX files (.gz or plain)");
   app.add_option("--cache", f.cache,
                  "where to decompress them (default $TMPDIR/cloudtune-fashion-mnist)");
+  app.add_option("--slow-rank", f.slow_rank, "make this rank a straggler (with --slow-ms)");
+  app.add_option("--slow-ms", f.slow_ms, "milliseconds the --slow-rank worker sleeps per step");
   cloudtune::examples::AddAdaptiveFlags(app, &f.adaptive);
   CLI11_PARSE(app, argc, argv);
   if (!cloudtune::examples::PrepareAdaptive(f.adaptive)) return 2;

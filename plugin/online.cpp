@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
 #include <deque>
 #include <filesystem>
@@ -10,11 +12,14 @@
 #include <map>
 #include <mutex>
 #include <sstream>
+#include <thread>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "plugin/plugin.h"
 #include "plugin/service/http_server.h"
 #include "plugin/service/preemption.h"
 #include "plugin/service/state.h"
+#include "plugin/service/straggler.h"
 #include "plugin/service/tuner.h"
 #include "search/catalog.h"
 
@@ -69,9 +74,29 @@ class Online {
     if (leader_) {
       RestoreState();
       StartTuner();
-      StartHttp();
     }
-    StartPreemption();
+    StartPreemption();  // before the HTTP server, whose /metrics reads the watcher's flag
+    if (leader_) StartHttp();
+    StartStraggler();
+  }
+
+  // Training thread, every rank, every step.
+  void StepTimes(int64_t step, double step_time, double compute_time) {
+    if (!straggler_on_) return;
+    if (step_time >= 0 && std::isfinite(step_time) && std::isfinite(compute_time)) {
+      win_step_ += step_time;
+      win_compute_ += compute_time;
+      ++win_n_;
+    }
+    if (step % opt_.straggler_every != 0) return;
+    Window w{step, win_n_ ? win_compute_ / win_n_ : -1.0, win_n_ ? win_step_ / win_n_ : -1.0};
+    win_step_ = win_compute_ = 0;
+    win_n_ = 0;
+    {
+      std::lock_guard<std::mutex> lock(strag_mu_);
+      if (strag_queue_.size() < 64) strag_queue_.push_back(w);  // bounded: drop when stuck
+    }
+    strag_cv_.notify_one();
   }
 
   // Training thread, rank 0, once per measurement interval.
@@ -113,6 +138,9 @@ class Online {
       return;
     }
     base_ = service::RestoreSnapshot(*r.state);
+    if (base_.noise_history.size() > kMaxNoiseHistory)  // bounded across many restarts
+      base_.noise_history.erase(base_.noise_history.begin(),
+                                base_.noise_history.end() - kMaxNoiseHistory);
     if (base_.current.num_nodes > 0)
       base_.gpus_per_node = std::max(1, base_.current.num_replicas / base_.current.num_nodes);
     restored_ = true;
@@ -179,6 +207,7 @@ class Online {
     s->noise = noise;
     s->noise_history = base_.noise_history;
     s->noise_history.insert(s->noise_history.end(), history_.begin(), history_.end());
+    s->straggler_factor = straggler_factor_.load(std::memory_order_relaxed);
     step_.store(s->step, std::memory_order_relaxed);
     return s;
   }
@@ -214,7 +243,16 @@ class Online {
         const bool preempted = preempted_.load() || c.trigger == "preemption";
         service::RefitContext ctx = c;
         if (preempted) ctx.trigger = "preemption";
-        r = inner(s, ctx);
+        // A straggler found since the snapshot was taken counts too.
+        const double factor = straggler_factor_.load(std::memory_order_relaxed);
+        if (factor != s.straggler_factor) {
+          service::Snapshot with = s;
+          with.straggler_factor = factor;
+          r = inner(with, ctx);
+        } else {
+          r = inner(s, ctx);
+        }
+        if (factor > 1) r.change_key += "|straggler";
         r.recommendation["trigger"] = c.trigger;
         if (preempted) r.change_key += "|preempted";
       } catch (...) {
@@ -320,9 +358,107 @@ class Online {
     watcher_view_ = preemption_.get();
   }
 
+  // ---- stragglers ----
+  struct Window {
+    int64_t step;
+    double compute, step_time;  // means over the window; -1 = no timed step
+  };
+
+  void StartStraggler() {
+    const JobInfo& job = plugin_->job();
+    if (opt_.straggler_every <= 0 || job.world_size < 2) return;
+    const char* addr = std::getenv("MASTER_ADDR");
+    const char* port = std::getenv("MASTER_PORT");
+    if (!port || std::atoi(port) <= 0) {
+      if (leader_) Log("cloudtune: straggler detection off: MASTER_PORT is not set");
+      return;
+    }
+    try {
+      c10d::TCPStoreOptions so;
+      so.port = static_cast<uint16_t>(std::atoi(port));
+      so.isServer = false;
+      so.waitWorkers = false;
+      so.timeout = std::chrono::seconds(5);  // connecting blocks Init at most this long
+      store_ = c10::make_intrusive<c10d::TCPStore>(addr && *addr ? addr : "127.0.0.1", so);
+      store_->setTimeout(std::chrono::seconds(30));  // a gather waits at most this long
+    } catch (const std::exception& e) {
+      if (leader_) Log(std::string("cloudtune: straggler detection off: c10d store: ") + e.what());
+      return;
+    }
+    if (leader_) {
+      service::StragglerOptions so;
+      so.every_steps = opt_.straggler_every;
+      detector_ = std::make_unique<service::StragglerDetector>(so);
+    }
+    straggler_on_ = true;
+    strag_thread_ = std::thread([this] { StragglerLoop(); });
+  }
+
+  static std::string Key(int64_t step, int rank) {
+    return "cloudtune/straggler/" + std::to_string(step) + "/" + std::to_string(rank);
+  }
+
+  // Background thread: publish this rank's windows; rank 0 also gathers and detects.
+  void StragglerLoop() {
+    const int rank = plugin_->job().rank, world = plugin_->job().world_size;
+    bool logged = false;
+    for (;;) {
+      Window w;
+      {
+        std::unique_lock<std::mutex> lock(strag_mu_);
+        strag_cv_.wait(lock, [&] { return strag_stop_ || !strag_queue_.empty(); });
+        if (strag_queue_.empty()) return;  // stopped and drained
+        w = strag_queue_.front();
+        strag_queue_.pop_front();
+      }
+      try {
+        const std::string v = Num(w.compute) + "," + Num(w.step_time);
+        store_->set(Key(w.step, rank), std::vector<uint8_t>(v.begin(), v.end()));
+        if (!leader_) continue;
+        service::RankWindow rw;
+        rw.step = w.step;
+        for (int r = 0; r < world; ++r) {
+          const std::string key = Key(w.step, r);
+          const std::vector<uint8_t> got = store_->get(key);  // waits (store timeout)
+          store_->deleteKey(key);
+          double c = -1, st = -1;
+          std::sscanf(std::string(got.begin(), got.end()).c_str(), "%lf,%lf", &c, &st);
+          rw.compute_time.push_back(c);
+          rw.step_time.push_back(st);
+        }
+        const auto reports = detector_->AddWindow(rw);
+        for (const auto& rep : reports) {
+          plugin_->sidecar()->Write("straggler", w.step, rep.ToJson());
+          char buf[200];
+          std::snprintf(buf, sizeof buf,
+                        "cloudtune: straggler: rank %d computes %.0f%% slower than the others "
+                        "(%d of %d windows); the job runs at 1/%.2f of its speed",
+                        rep.rank, (rep.ratio - 1) * 100, rep.hits, rep.windows, rep.factor);
+          Log(buf);
+        }
+        const double before = straggler_factor_.exchange(detector_->Factor());
+        // A new straggler, or the last one recovered: refit now.
+        if (tuner_ && (!reports.empty() || (before > 1 && detector_->Factor() <= 1)))
+          tuner_->RequestRefit("straggler");
+      } catch (const std::exception& e) {
+        if (!logged && leader_) Log(std::string("cloudtune: straggler gather: ") + e.what());
+        logged = true;
+        std::lock_guard<std::mutex> lock(strag_mu_);
+        if (strag_stop_) return;
+      }
+    }
+  }
+
   void StopThreads() {
     // Order: nothing calls into the tuner or the sidecar after it is stopped.
     if (preemption_) preemption_->Stop();
+    {
+      std::lock_guard<std::mutex> lock(strag_mu_);
+      strag_stop_ = true;
+      if (leader_) strag_queue_.clear();  // other ranks drain theirs, so rank 0 never waits
+    }
+    strag_cv_.notify_all();
+    if (strag_thread_.joinable()) strag_thread_.join();
     if (http_) http_->Stop();
     if (tuner_) tuner_->Stop();
   }
@@ -338,6 +474,19 @@ class Online {
   std::unique_ptr<service::HttpServer> http_;
   std::unique_ptr<service::PreemptionWatcher> preemption_;
   const service::PreemptionWatcher* watcher_view_ = nullptr;  // for /metrics
+
+  // Stragglers.
+  bool straggler_on_ = false;
+  c10::intrusive_ptr<c10d::TCPStore> store_;
+  std::unique_ptr<service::StragglerDetector> detector_;  // rank 0
+  std::atomic<double> straggler_factor_{1.0};
+  std::mutex strag_mu_;
+  std::condition_variable strag_cv_;
+  std::deque<Window> strag_queue_;
+  bool strag_stop_ = false;
+  std::thread strag_thread_;
+  double win_step_ = 0, win_compute_ = 0;  // training thread
+  int64_t win_n_ = 0;
 
   // Saved state.
   std::string state_path_;
@@ -358,7 +507,8 @@ std::shared_ptr<Online> StartOnline(Plugin* plugin) {
   try {
     const service::Options& o = plugin->options();
     const bool leader = plugin->job().rank == 0;
-    if (!leader && o.preemption_url.empty()) return nullptr;
+    const bool stragglers = o.straggler_every > 0 && plugin->job().world_size > 1;
+    if (!leader && o.preemption_url.empty() && !stragglers) return nullptr;
     auto online = std::make_shared<Online>(plugin);
     online->Start();
     return online;
@@ -377,6 +527,10 @@ void StopOnline(Plugin* plugin, Online* online) {
   } catch (const std::exception& e) {
     std::cerr << "cloudtune: stopping the online tuner: " << e.what() << "\n";
   }
+}
+
+void OnlineStepTimes(Online* online, int64_t step, double step_time, double compute_time) {
+  if (online) online->StepTimes(step, step_time, compute_time);
 }
 
 bool OnlineShouldCheckpoint(const Online* online) { return online && online->should_checkpoint(); }

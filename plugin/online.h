@@ -15,6 +15,8 @@
 //     offered to the tuner with a "restored" refit so the first recommendation uses the earlier
 //     measurements, merged into every later snapshot; saved (write-then-rename) on each refit and
 //     at Finish.
+// On every rank: per-rank step/compute times gathered to rank 0 every CLOUDTUNE_STRAGGLER_EVERY
+// steps (see OnlineStepTimes) when world_size > 1.
 // On every rank: the preemption watcher when CLOUDTUNE_PREEMPTION_URL is set (each node polls its
 // own instance metadata); a notice raises the flag Plugin::ShouldCheckpoint() returns, and on rank
 // 0 writes a `preemption` record and asks the tuner for the remaining fleet's configuration.
@@ -23,6 +25,7 @@
 // rest goes on.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 
 namespace cloudtune::plugin {
@@ -38,5 +41,11 @@ std::shared_ptr<Online> StartOnline(Plugin* plugin);
 void StopOnline(Plugin* plugin, Online* online);
 // Whether a preemption notice was seen (lock-free). False for null.
 bool OnlineShouldCheckpoint(const Online* online);
+// Training thread, every rank, once per optimizer step: the step's times in seconds (step_time < 0:
+// not timed). O(1); every CLOUDTUNE_STRAGGLER_EVERY steps the window's means are handed to a
+// background thread that publishes them in the job's c10d store (MASTER_ADDR:MASTER_PORT); rank 0
+// gathers every rank's window there and feeds service::StragglerDetector (`straggler` records,
+// the slowdown factor in the tuner's snapshots). No-op for null.
+void OnlineStepTimes(Online* online, int64_t step, double step_time, double compute_time);
 
 }  // namespace cloudtune::plugin

@@ -272,6 +272,9 @@ void Plugin::StepEnd(int64_t local_bsz, int64_t micro_steps) {
 #endif
       timed = timer_.StepEnd(local_bsz, micro_steps, &s);
     ++step_;
+    if (online_)  // per-rank times for the straggler check (plugin/online.h)
+      OnlineStepTimes(online_.get(), step_, timed ? s.step_time : -1.0,
+                      timed ? s.compute_time() : -1.0);
     local_sum_ = 0;
     micro_seen_ = 0;
 #ifdef CLOUDTUNE_WITH_CUDA

@@ -62,7 +62,8 @@ int FreePort() {
 }
 
 // Runs the example (2 workers) in `dir` with `env`; returns the exit status, output in *log.
-int RunExample(const fs::path& dir, const std::string& env, int steps, std::string* log) {
+int RunExample(const fs::path& dir, const std::string& env, int steps, std::string* log,
+               const std::string& args = "") {
   std::string unset;
   for (const char* v :
        {"CLOUDTUNE", "CLOUDTUNE_SIDECAR", "CLOUDTUNE_PROFILE", "CLOUDTUNE_MEASURE_EVERY",
@@ -71,7 +72,7 @@ int RunExample(const fs::path& dir, const std::string& env, int steps, std::stri
     unset += std::string(" -u ") + v;
   const std::string cmd = "cd '" + dir.string() + "' && env" + unset + " " + env + " '" + kBin +
                           "' --workers 2 --epochs 1 --batch 32 --log-every 1000 --test-limit 200" +
-                          " --steps " + std::to_string(steps) + " > out.log 2>&1";
+                          " --steps " + std::to_string(steps) + " " + args + " > out.log 2>&1";
   const int rc = std::system(cmd.c_str());
   *log = Slurp(dir / "out.log");
   return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
@@ -228,7 +229,8 @@ TEST(Online, RecommendationsMatchCliAndHttpAnswersWhileTraining) {
   std::istringstream csv(first["inputs"]["profile_csv"].get<std::string>());
   const auto rows = cloudtune::estimator::ParseTrace(csv, "record");
   ASSERT_EQ(rows.size(), 1u);
-  EXPECT_EQ(rows[0].rows, state["state"]["profile"][0]["rows"].get<int>());
+  EXPECT_DOUBLE_EQ(rows[0].step_time, state["state"]["profile"][0]["step_time"].get<double>());
+  EXPECT_DOUBLE_EQ(rows[0].sync_time, state["state"]["profile"][0]["sync_time"].get<double>());
   ExpectSameRecommendation(first, dir);
   // Later records continue the progress and merge the new measurements into the old rows.
   const json& last = recs2.back();
@@ -237,7 +239,8 @@ TEST(Online, RecommendationsMatchCliAndHttpAnswersWhileTraining) {
   }
   const json state2 = json::parse(Slurp(dir / "state.json"));
   EXPECT_GT(state2["state"]["progress"].get<double>(), saved_progress);
-  EXPECT_GT(state2["state"]["profile"][0]["rows"].get<int>(), rows[0].rows);
+  EXPECT_GT(state2["state"]["profile"][0]["rows"].get<int>(),
+            state["state"]["profile"][0]["rows"].get<int>());
 }
 
 // A fake instance metadata endpoint (AWS protocol): 404 until `notice` is set, then 200 + JSON.
@@ -358,8 +361,13 @@ TEST(Online, CorruptStateIsReportedOnceAndIgnored) {
   auto dir = TempDir("corrupt");
   std::ofstream(dir / "state.json") << "{\"schema\":\"cloudtune.state/1\",\"state\":{garbage";
   std::string log;
-  ASSERT_EQ(RunExample(dir, kEnv + " CLOUDTUNE_STATE=state.json", 150, &log), 0) << log;
+  ASSERT_EQ(
+      RunExample(dir, kEnv + " CLOUDTUNE_STATE=state.json CLOUDTUNE_STRAGGLER_EVERY=10", 150, &log),
+      0)
+      << log;
   EXPECT_EQ(CountLines(log, "cloudtune: ignoring saved state: "), 1) << log;
+  // Equal workers: no straggler.
+  EXPECT_TRUE(Records(dir / "cloudtune.sidecar.jsonl", "straggler").empty()) << log;
   EXPECT_EQ(CountLines(log, "state.json"), 1) << log;
   EXPECT_NE(log.find("test accuracy"), std::string::npos) << log;
   const auto recs = Records(dir / "cloudtune.sidecar.jsonl", "recommendation");
@@ -384,6 +392,29 @@ TEST(Online, UnreachableMetadataUrlIsLoggedOnceAndTrainingCompletes) {
   EXPECT_NE(log.find("test accuracy"), std::string::npos) << log;
   EXPECT_LE(CountLines(log, std::to_string(port)), 1) << log;
   EXPECT_TRUE(Records(dir / "cloudtune.sidecar.jsonl", "preemption").empty());
+}
+
+TEST(Online, SlowedWorkerIsReportedAsStraggler) {
+  auto dir = TempDir("straggler");
+  std::string log;
+  ASSERT_EQ(RunExample(dir, kEnv + " CLOUDTUNE_STRAGGLER_EVERY=10", 200, &log,
+                       "--slow-rank 1 --slow-ms 25"),
+            0)
+      << log;
+  const auto recs = Records(dir / "cloudtune.sidecar.jsonl", "straggler");
+  ASSERT_EQ(recs.size(), 1u) << log;
+  EXPECT_EQ(recs[0]["rank"], 1);
+  EXPECT_GT(recs[0]["ratio"].get<double>(), 1.15);
+  EXPECT_GT(recs[0]["factor"].get<double>(), 1.0);
+  EXPECT_EQ(CountLines(log, "cloudtune: straggler: rank 1"), 1) << log;
+  // Later recommendations account for it.
+  bool accounted = false;
+  for (const auto& r : Records(dir / "cloudtune.sidecar.jsonl", "recommendation"))
+    if (r["step"].get<long long>() > recs[0]["step"].get<long long>())
+      accounted =
+          accounted || (r["straggler_factor"].get<double>() > 1 &&
+                        r["reason"].get<std::string>().find("straggler") != std::string::npos);
+  EXPECT_TRUE(accounted) << log;
 }
 
 }  // namespace

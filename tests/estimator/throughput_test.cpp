@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <string>
@@ -17,7 +18,7 @@ struct Truth {
   double alpha_c = 0.02, beta_c_per_sample = 5e-4;       // T_c = alpha_c + beta_c * b (kappa = 1)
   double alpha_l = 0.004, beta_l = 0.002;                // one machine
   double alpha_n = 0.05, beta_n = 0.02, delta_n = 0.03;  // network
-  double gamma = 2.0;
+  double gamma = 2.0, omega = 0.7;  // overlap: T = tc + tn - softmin_gamma(omega * tc, tn)
 
   double Compute(int b) const { return alpha_c + beta_c_per_sample * b; }
   double Step(const ConfigKey& k) const {
@@ -32,7 +33,8 @@ struct Truth {
         tn = alpha_n + beta_n * std::log(k.num_replicas / 2.0) +
              delta_n * (g - 1) / (k.num_nodes - 1);
       }
-      t = std::pow(std::pow(tc, gamma) + std::pow(tn, gamma), 1 / gamma);
+      const double a = omega * tc;
+      t = tc + tn - std::pow(std::pow(a, -gamma) + std::pow(tn, -gamma), -1 / gamma);
     }
     return k.accum_steps * tc + t;
   }
@@ -111,6 +113,7 @@ TEST(ThroughputFit, RecoversKnownParameters) {
   EXPECT_NEAR(m.param(kKappa), 1.0, 0.1);
   EXPECT_NEAR(m.param(kAlphaN), t.alpha_n, 0.3 * t.alpha_n);
   EXPECT_NEAR(m.param(kGamma), t.gamma, 0.6);
+  EXPECT_NEAR(m.param(kOmega), t.omega, 0.15);
   for (int i : {kAlphaC, kBetaC, kAlphaN, kGamma}) EXPECT_TRUE(m.identified(i)) << i;
   // Unseen configurations (6 machines; batch sizes between the measured ones) within 5%.
   for (const auto& k : {Key(6, 12, 48), Key(6, 24, 200), Key(2, 6, 100), Key(1, 3, 90)}) {
@@ -121,6 +124,36 @@ TEST(ThroughputFit, RecoversKnownParameters) {
     EXPECT_GE(p.sync_time, 0);
     EXPECT_NEAR(p.compute_time / t.Compute(k.local_bsz), 1.0, 0.05);
   }
+}
+
+TEST(ThroughputFit, ComputeEffectOfOnePlacement) {
+  // One placement's machines compute 10% slower (e.g. a slow data loader): its compute effect
+  // takes it, the others stay near 0, and an unseen placement gets none.
+  const Truth t;
+  auto data = MeasureAll(t, Grid(), 11, 0.01);
+  for (auto& d : data)
+    if (d.key.num_nodes == 3 && d.key.num_replicas == 9) {
+      const double tc = t.Compute(d.key.local_bsz);
+      d.step_time += 0.1 * tc;
+    }
+  const auto m = FitThroughput(data);
+  EXPECT_GT(m.compute_effect(3, 9), 0.02);
+  EXPECT_LT(std::abs(m.compute_effect(2, 4)), 0.02);
+  // Without the effect (a prior that pins it to 0) that placement's step times are worse.
+  ThroughputFitOptions pinned;
+  pinned.compute_effect_sigma = 1e-6;
+  const auto m0 = FitThroughput(data, pinned);
+  EXPECT_NEAR(m0.compute_effect(3, 9), 0.0, 1e-4);
+  double worst = 0, worst0 = 0;
+  for (const auto& d : data)
+    if (d.key.num_nodes == 3 && d.key.num_replicas == 9) {
+      worst = std::max(worst, std::abs(m.Predict(d.key).step_time / d.step_time - 1));
+      worst0 = std::max(worst0, std::abs(m0.Predict(d.key).step_time / d.step_time - 1));
+    }
+  EXPECT_LT(worst, 0.06);
+  EXPECT_LT(worst, 0.75 * worst0);
+  EXPECT_EQ(m.compute_effect(5, 10), 0.0);
+  EXPECT_EQ(m.compute_placements().size(), 20u);  // every (nodes, replicas) of the grid
 }
 
 TEST(ThroughputFit, AccumulationAddsComputeSteps) {
@@ -251,6 +284,8 @@ TEST(ThroughputJson, RoundTripKeepsPredictions) {
     EXPECT_NEAR(a.log_sigma, b.log_sigma, 1e-9);
   }
   for (int i = 0; i < kNumThroughputParams; ++i) EXPECT_EQ(m.identified(i), m2.identified(i));
+  EXPECT_EQ(m.compute_placements(), m2.compute_placements());
+  EXPECT_EQ(m.compute_effect(3, 9), m2.compute_effect(3, 9));
 }
 
 std::string FromJsonError(const nlohmann::json& j) {
@@ -282,6 +317,13 @@ TEST(ThroughputJson, MalformedModelsAreRejectedWithTheField) {
   j = good;
   j["parameters"].erase(2);
   EXPECT_EQ(FromJsonError(j), "model.json: parameters: missing \"kappa\"");
+  j = good;
+  j["parameters"][kOmega]["value"] = 1.5;
+  EXPECT_EQ(FromJsonError(j), "model.json: parameters[10] (omega).value: must be in (0, 1]");
+  j = good;
+  j["compute_effects"][0]["num_nodes"] = 0;
+  EXPECT_EQ(FromJsonError(j),
+            "model.json: compute_effects[0]: expected integers 1 <= num_nodes <= num_replicas");
   j = good;
   j["model"].erase("b_ref");
   EXPECT_EQ(FromJsonError(j), "model.json: model.b_ref: missing");
