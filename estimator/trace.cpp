@@ -119,7 +119,8 @@ void Parse(std::istream& in, const std::string& name, std::map<ConfigKey, detail
     auto f = detail::SplitCsv(line);
     if (f.size() != header.size())
       Fail(name, lineno, 0,
-           "expected " + std::to_string(header.size()) + " fields, found " + std::to_string(f.size()));
+           "expected " + std::to_string(header.size()) + " fields, found " +
+               std::to_string(f.size()));
     ConfigKey k;
     int max_per_node = 0;
     if (c_place >= 0) {
@@ -138,8 +139,8 @@ void Parse(std::istream& in, const std::string& name, std::map<ConfigKey, detail
       k.num_nodes = detail::ParseCount(f[c_nodes], name, lineno, c_nodes + 1, "num_nodes", 1);
       k.num_replicas = detail::ParseCount(f[c_reps], name, lineno, c_reps + 1, "num_replicas", 1);
       if (k.num_replicas < k.num_nodes)
-        Fail(name, lineno, c_reps + 1, "num_replicas: " + f[c_reps] + " is less than num_nodes " +
-                                           f[c_nodes]);
+        Fail(name, lineno, c_reps + 1,
+             "num_replicas: " + f[c_reps] + " is less than num_nodes " + f[c_nodes]);
     }
     k.local_bsz = detail::ParseCount(f[c_bsz], name, lineno, c_bsz + 1, "local_bsz", 1);
     if (c_accum >= 0 && !f[c_accum].empty())
@@ -231,7 +232,8 @@ std::vector<Measurement> ReadTraces(const std::vector<std::string>& paths) {
     Finish(mine, p, sync_col);
     for (auto& [k, a] : mine) {
       auto& t = acc[k];
-      if (t.m.rows == 0) t = a;
+      if (t.m.rows == 0)
+        t = a;
       else {
         t.m.rows += a.m.rows;
         t.step_sum += a.step_sum;

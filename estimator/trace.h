@@ -27,7 +27,9 @@ struct ConfigKey {
   long long global_batch() const {
     return static_cast<long long>(num_replicas) * local_bsz * (accum_steps + 1);
   }
-  auto tie() const { return std::tie(instance_type, num_nodes, num_replicas, local_bsz, accum_steps); }
+  auto tie() const {
+    return std::tie(instance_type, num_nodes, num_replicas, local_bsz, accum_steps);
+  }
   bool operator<(const ConfigKey& o) const { return tie() < o.tie(); }
   bool operator==(const ConfigKey& o) const { return tie() == o.tie(); }
 };
@@ -35,9 +37,9 @@ struct ConfigKey {
 // One configuration's averaged measurements.
 struct Measurement {
   ConfigKey key;
-  double step_time = 0;  // seconds per optimizer step (mean over rows)
-  double sync_time = 0;  // seconds of it spent in the gradient all-reduce (mean over rows)
-  int rows = 0;          // rows averaged
+  double step_time = 0;       // seconds per optimizer step (mean over rows)
+  double sync_time = 0;       // seconds of it spent in the gradient all-reduce (mean over rows)
+  int rows = 0;               // rows averaged
   int max_gpus_per_node = 0;  // largest per-node GPU count seen in a placement (0 = unknown)
   double compute_time() const { return step_time - sync_time; }
   // Samples per second at this configuration.

@@ -90,7 +90,8 @@ TEST(Trace, ReadsShippedPolluxTraces) {
 }
 
 TEST(Trace, WriteThenParseRoundTrips) {
-  std::istringstream in("num_nodes,num_replicas,local_bsz,step_time,sync_time\n2,4,16,0.25,0.125\n");
+  std::istringstream in(
+      "num_nodes,num_replicas,local_bsz,step_time,sync_time\n2,4,16,0.25,0.125\n");
   auto ms = ParseTrace(in, "a");
   std::ostringstream out;
   WriteTrace(out, ms);
