@@ -5,7 +5,7 @@
 //  2. the gradient-norm pass in GB/s against this machine's memory bandwidth, measured here by a
 //     large memcpy. Target: >= 50%.
 //
-//   bench_overhead [--blocks N] [--block-steps N] [--world 1|2] [--norm-mb MB]
+//   bench_overhead [--blocks N] [--block-steps N] [--world 1|2] [--norm-mb MB] [--refit-seconds S]
 // --world 2 runs two replicas as two threads of this process over a Gloo group on 127.0.0.1
 // (each thread one intra-op thread), like the 2-worker example; --world 1 has no all-reduce and
 // uses the plugin's single-replica mode, its most expensive (an extra dot product and copy).
@@ -35,6 +35,7 @@ struct Args {
   int world = 2;
   int batch = 64;
   double norm_mb = 256;
+  double refit_seconds = 30;  // the online tuner's refit period (CLOUDTUNE_REFIT_SECONDS default)
 };
 
 double g_scalar_allreduce = 0;   // seconds, measured by rank 0 with --world >= 2
@@ -57,6 +58,13 @@ void Replica(int rank, const Args& a, c10d::ProcessGroup* pg, const std::string&
   on_opt.profile = dir + "/bench.profile.csv";
   on_opt.log_level = "error";
   on_opt.measure_every = 50;
+  // The full online tuner: background refits and searches (every CLOUDTUNE_REFIT_SECONDS, default
+  // 30 s; --refit-seconds to change), the HTTP endpoint and the straggler gather.
+  on_opt.instance_type = "g4dn.12xlarge";
+  on_opt.target_progress = 100000;
+  on_opt.refit_seconds = a.refit_seconds;
+  on_opt.http = "127.0.0.1:0";
+  on_opt.straggler_every = 50;
   cloudtune::plugin::Plugin on(on_opt), off(cloudtune::service::Options{});
   on.Start({rank, a.world, 0, a.batch, 1});
   off.Start({rank, a.world, 0, a.batch, 1});
@@ -258,13 +266,15 @@ int main(int argc, char** argv) {
       a.batch = static_cast<int>(v);
     else if (k == "--norm-mb")
       a.norm_mb = v;
+    else if (k == "--refit-seconds")
+      a.refit_seconds = v;
     else {
       std::fprintf(stderr, "bench_overhead: unknown flag %s\n", k.c_str());
       return 2;
     }
   }
   if (a.blocks < 1 || a.block_steps < 1 || a.world < 1 || a.world > 8 || a.batch < 1 ||
-      !(a.norm_mb > 0)) {
+      !(a.norm_mb > 0) || !(a.refit_seconds > 0)) {
     std::fprintf(stderr, "bench_overhead: flags out of range\n");
     return 2;
   }
