@@ -12,6 +12,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "estimator/csv.h"
 #include "estimator/error.h"
 
 namespace cloudtune::estimator {
@@ -106,47 +107,8 @@ double Median(std::vector<double> v) {
   throw InputError(source + ": " + what);
 }
 
-std::string Trim(const std::string& s) {
-  size_t b = s.find_first_not_of(" \t\r\n");
-  if (b == std::string::npos) return "";
-  size_t e = s.find_last_not_of(" \t\r\n");
-  return s.substr(b, e - b + 1);
-}
-
-std::vector<std::string> SplitCsv(const std::string& line) {
-  std::vector<std::string> out;
-  std::string cur;
-  for (char c : line) {
-    if (c == ',') {
-      out.push_back(Trim(cur));
-      cur.clear();
-    } else {
-      cur += c;
-    }
-  }
-  out.push_back(Trim(cur));
-  return out;
-}
-
-[[noreturn]] void Fail(const std::string& name, int line, int col, const std::string& what) {
-  std::ostringstream os;
-  os << name << ":" << line;
-  if (col > 0) os << ":" << col;
-  os << ": " << what;
-  throw InputError(os.str());
-}
-
-// Same conventions as the trace reader: "FILE:LINE:COL: column: 'x' is not a finite number".
-double Number(const std::string& v, const std::string& name, int line, int col,
-              const std::string& column, bool allow_negative) {
-  if (v.empty()) Fail(name, line, col, column + ": empty value");
-  char* end = nullptr;
-  double d = std::strtod(v.c_str(), &end);
-  if (end != v.c_str() + v.size() || !std::isfinite(d))
-    Fail(name, line, col, column + ": '" + v + "' is not a finite number");
-  if (!allow_negative && d < 0) Fail(name, line, col, column + ": " + v + " is negative");
-  return d;
-}
+using csv::Fail;
+using csv::Trim;
 
 std::vector<NoiseObservation> ParseValidation(std::istream& f, const std::string& path,
                                               double batch, double* max_progress) {
@@ -156,7 +118,7 @@ std::vector<NoiseObservation> ParseValidation(std::istream& f, const std::string
   while (std::getline(f, line)) {
     ++lineno;
     if (!Trim(line).empty()) {
-      header = SplitCsv(line);
+      header = csv::Split(line);
       break;
     }
   }
@@ -177,20 +139,20 @@ std::vector<NoiseObservation> ParseValidation(std::istream& f, const std::string
   while (std::getline(f, line)) {
     ++lineno;
     if (Trim(line).empty()) continue;
-    auto fs = SplitCsv(line);
+    auto fs = csv::Split(line);
     if (fs.size() != header.size())
       Fail(path, lineno, 0,
            "expected " + std::to_string(header.size()) + " fields, found " +
                std::to_string(fs.size()));
     NoiseObservation o;
     o.batch = batch;
-    const double p = Number(fs[c_prog], path, lineno, c_prog + 1, "progress", false);
+    const double p = csv::Number(fs[c_prog], path, lineno, c_prog + 1, "progress", false);
     if (p < prev)
       Fail(path, lineno, c_prog + 1,
            "progress: " + fs[c_prog] + " is less than the previous row's");
-    o.iteration = Number(fs[c_iter], path, lineno, c_iter + 1, "iteration", false);
-    o.grad_sqr = Number(fs[c_sqr], path, lineno, c_sqr + 1, "grad_sqr", true);
-    o.grad_var = Number(fs[c_var], path, lineno, c_var + 1, "grad_var", true);
+    o.iteration = csv::Number(fs[c_iter], path, lineno, c_iter + 1, "iteration", false);
+    o.grad_sqr = csv::Number(fs[c_sqr], path, lineno, c_sqr + 1, "grad_sqr", true);
+    o.grad_var = csv::Number(fs[c_var], path, lineno, c_var + 1, "grad_var", true);
     o.progress = 0.5 * (prev + p);
     prev = p;
     maxp = std::max(maxp, p);

@@ -9,33 +9,11 @@
 #include <ostream>
 #include <sstream>
 
+#include "estimator/csv.h"
 #include "estimator/error.h"
 
 namespace cloudtune::estimator {
 namespace detail {
-namespace {
-
-std::string Trim(const std::string& s) {
-  size_t b = s.find_first_not_of(" \t\r\n");
-  if (b == std::string::npos) return "";
-  size_t e = s.find_last_not_of(" \t\r\n");
-  return s.substr(b, e - b + 1);
-}
-
-std::vector<std::string> SplitCsv(const std::string& line) {
-  std::vector<std::string> out;
-  std::string cur;
-  for (char c : line) {
-    if (c == ',') {
-      out.push_back(Trim(cur));
-      cur.clear();
-    } else {
-      cur += c;
-    }
-  }
-  out.push_back(Trim(cur));
-  return out;
-}
 
 struct Accum {
   Measurement m;
@@ -43,50 +21,19 @@ struct Accum {
   int first_line = 0;
 };
 
-}  // namespace
-
-[[noreturn]] void Fail(const std::string& name, int line, int col, const std::string& what) {
-  std::ostringstream os;
-  os << name << ":" << line;
-  if (col > 0) os << ":" << col;
-  os << ": " << what;
-  throw InputError(os.str());
-}
-
-double ParseNumber(const std::string& v, const std::string& name, int line, int col,
-                   const std::string& column) {
-  if (v.empty()) Fail(name, line, col, column + ": empty value");
-  char* end = nullptr;
-  double d = std::strtod(v.c_str(), &end);
-  if (end != v.c_str() + v.size() || !std::isfinite(d))
-    Fail(name, line, col, column + ": '" + v + "' is not a finite number");
-  if (d < 0) Fail(name, line, col, column + ": " + v + " is negative");
-  return d;
-}
-
-int ParseCount(const std::string& v, const std::string& name, int line, int col,
-               const std::string& column, int min_value) {
-  double d = ParseNumber(v, name, line, col, column);
-  if (d != std::floor(d) || d > std::numeric_limits<int>::max())
-    Fail(name, line, col, column + ": '" + v + "' is not an integer");
-  if (d < min_value)
-    Fail(name, line, col, column + ": " + v + " must be at least " + std::to_string(min_value));
-  return static_cast<int>(d);
-}
-
 }  // namespace detail
 
 namespace {
 
 void Parse(std::istream& in, const std::string& name, std::map<ConfigKey, detail::Accum>* acc) {
-  using detail::Fail;
+  using csv::Fail;
   std::string line;
   int lineno = 0;
   std::vector<std::string> header;
   while (std::getline(in, line)) {
     ++lineno;
-    if (!detail::Trim(line).empty()) {
-      header = detail::SplitCsv(line);
+    if (!csv::Trim(line).empty()) {
+      header = csv::Split(line);
       break;
     }
   }
@@ -115,8 +62,8 @@ void Parse(std::istream& in, const std::string& name, std::map<ConfigKey, detail
   int rows = 0;
   while (std::getline(in, line)) {
     ++lineno;
-    if (detail::Trim(line).empty()) continue;
-    auto f = detail::SplitCsv(line);
+    if (csv::Trim(line).empty()) continue;
+    auto f = csv::Split(line);
     if (f.size() != header.size())
       Fail(name, lineno, 0,
            "expected " + std::to_string(header.size()) + " fields, found " +
@@ -136,18 +83,18 @@ void Parse(std::istream& in, const std::string& name, std::map<ConfigKey, detail
         max_per_node = std::max(max_per_node, ch - '0');
       }
     } else {
-      k.num_nodes = detail::ParseCount(f[c_nodes], name, lineno, c_nodes + 1, "num_nodes", 1);
-      k.num_replicas = detail::ParseCount(f[c_reps], name, lineno, c_reps + 1, "num_replicas", 1);
+      k.num_nodes = csv::Count(f[c_nodes], name, lineno, c_nodes + 1, "num_nodes", 1);
+      k.num_replicas = csv::Count(f[c_reps], name, lineno, c_reps + 1, "num_replicas", 1);
       if (k.num_replicas < k.num_nodes)
         Fail(name, lineno, c_reps + 1,
              "num_replicas: " + f[c_reps] + " is less than num_nodes " + f[c_nodes]);
     }
-    k.local_bsz = detail::ParseCount(f[c_bsz], name, lineno, c_bsz + 1, "local_bsz", 1);
+    k.local_bsz = csv::Count(f[c_bsz], name, lineno, c_bsz + 1, "local_bsz", 1);
     if (c_accum >= 0 && !f[c_accum].empty())
-      k.accum_steps = detail::ParseCount(f[c_accum], name, lineno, c_accum + 1, "accum_steps", 0);
+      k.accum_steps = csv::Count(f[c_accum], name, lineno, c_accum + 1, "accum_steps", 0);
     if (c_type >= 0) k.instance_type = f[c_type];
-    double st = detail::ParseNumber(f[c_step], name, lineno, c_step + 1, "step_time");
-    double sy = detail::ParseNumber(f[c_sync], name, lineno, c_sync + 1, "sync_time");
+    double st = csv::Number(f[c_step], name, lineno, c_step + 1, "step_time");
+    double sy = csv::Number(f[c_sync], name, lineno, c_sync + 1, "sync_time");
     if (st <= 0) Fail(name, lineno, c_step + 1, "step_time: must be positive");
     auto& a = (*acc)[k];
     if (a.m.rows == 0) {
@@ -176,7 +123,7 @@ std::vector<Measurement> Finish(std::map<ConfigKey, detail::Accum>& acc, const s
          << ", num_replicas=" << k.num_replicas << ", local_bsz=" << k.local_bsz
          << ", accum_steps=" << k.accum_steps << ") has mean sync_time " << a.m.sync_time
          << " >= step_time " << a.m.step_time;
-      detail::Fail(name, a.first_line, sync_col, os.str());
+      csv::Fail(name, a.first_line, sync_col, os.str());
     }
     out.push_back(a.m);
   }
@@ -184,7 +131,7 @@ std::vector<Measurement> Finish(std::map<ConfigKey, detail::Accum>& acc, const s
 }
 
 int SyncColumn(const std::string& header_line) {
-  auto h = detail::SplitCsv(header_line);
+  auto h = csv::Split(header_line);
   for (size_t i = 0; i < h.size(); ++i)
     if (h[i] == "sync_time") return static_cast<int>(i) + 1;
   return 0;
@@ -199,7 +146,7 @@ std::vector<Measurement> ParseTrace(std::istream& in, const std::string& name) {
   std::string first;
   {
     std::istringstream s(text);
-    while (std::getline(s, first) && detail::Trim(first).empty()) {
+    while (std::getline(s, first) && csv::Trim(first).empty()) {
     }
   }
   std::map<ConfigKey, detail::Accum> acc;
@@ -221,7 +168,7 @@ std::vector<Measurement> ReadTraces(const std::vector<std::string>& paths) {
     std::string text = buf.str();
     std::string first;
     std::istringstream s0(text);
-    while (std::getline(s0, first) && detail::Trim(first).empty()) {
+    while (std::getline(s0, first) && csv::Trim(first).empty()) {
     }
     sync_col = SyncColumn(first);
     std::istringstream s(text);

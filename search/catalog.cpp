@@ -6,6 +6,7 @@
 #include <set>
 #include <sstream>
 
+#include "estimator/csv.h"
 #include "estimator/error.h"
 
 namespace cloudtune::search {
@@ -16,41 +17,7 @@ extern const char* const kDefaultGpuSpecsCsv;
 
 namespace {
 
-std::string Trim(const std::string& s) {
-  size_t a = s.find_first_not_of(" \t\r\n");
-  if (a == std::string::npos) return "";
-  size_t b = s.find_last_not_of(" \t\r\n");
-  return s.substr(a, b - a + 1);
-}
-
-// Splits one CSV line (double-quoted fields may contain commas and "" escapes).
-std::vector<std::string> SplitCsv(const std::string& line) {
-  std::vector<std::string> out;
-  std::string cur;
-  bool quoted = false;
-  for (size_t i = 0; i < line.size(); ++i) {
-    char c = line[i];
-    if (quoted) {
-      if (c == '"' && i + 1 < line.size() && line[i + 1] == '"') {
-        cur += '"';
-        ++i;
-      } else if (c == '"') {
-        quoted = false;
-      } else {
-        cur += c;
-      }
-    } else if (c == '"') {
-      quoted = true;
-    } else if (c == ',') {
-      out.push_back(Trim(cur));
-      cur.clear();
-    } else {
-      cur += c;
-    }
-  }
-  out.push_back(Trim(cur));
-  return out;
-}
+using estimator::csv::Trim;
 
 // A CSV table read by header.
 struct Table {
@@ -68,7 +35,7 @@ Table ReadTable(std::istream& in, const std::string& name) {
   while (std::getline(in, line)) {
     ++lineno;
     if (Trim(line).empty() || Trim(line)[0] == '#') continue;
-    auto cells = SplitCsv(line);
+    auto cells = estimator::csv::Split(line);
     if (!header) {
       for (size_t i = 0; i < cells.size(); ++i) t.cols[cells[i]] = i;
       header = true;

@@ -11,51 +11,18 @@
 #include <string>
 #include <vector>
 
+#include "cli_runner.h"
 #include "estimator/trace.h"
 #include "search/catalog.h"
 #include "search/recommend.h"
 
 namespace {
 
-struct Result {
-  int status = -1;
-  std::string out, err;
-};
-
-std::string Slurp(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
-
-std::string TmpDir() {
-  static std::string dir = [] {
-    char tmpl[] = "/tmp/search_cli_test.XXXXXX";
-    const char* d = ::mkdtemp(tmpl);
-    return std::string(d ? d : "/tmp");
-  }();
-  return dir;
-}
-
-Result RunCli(const std::string& args) {
-  ::unsetenv("CLOUDTUNE_CATALOG");  // the embedded catalog, as in the in-process calls
-  const std::string out = TmpDir() + "/out", err = TmpDir() + "/err";
-  const std::string cmd =
-      std::string(CLOUDTUNE_BIN_DIR) + "/cloudtune " + args + " >" + out + " 2>" + err;
-  const int rc = std::system(cmd.c_str());
-  Result r;
-  r.status = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-  r.out = Slurp(out);
-  r.err = Slurp(err);
-  return r;
-}
-
-std::string Write(const std::string& name, const std::string& text) {
-  const std::string p = TmpDir() + "/" + name;
-  std::ofstream(p) << text;
-  return p;
-}
+using cloudtune::cli_test::Slurp;
+using cloudtune::cli_test::TmpDir;
+using cloudtune::cli_test::Write;
+using Result = cloudtune::cli_test::CliResult;
+using cloudtune::cli_test::RunCli;
 
 const std::string kPollux = std::string(CLOUDTUNE_SHARED_DIR) + "/data/traces/pollux-t4/";
 const std::string kScenarios = std::string(CLOUDTUNE_SOURCE_DIR) + "/data/scenarios/";

@@ -10,46 +10,16 @@
 #include <sstream>
 #include <string>
 
+#include "cli_runner.h"
+
 namespace {
 
-struct Result {
-  int status = -1;
-  std::string out, err;
-};
+using cloudtune::cli_test::Slurp;
+using cloudtune::cli_test::TmpDir;
+using cloudtune::cli_test::Write;
+using Result = cloudtune::cli_test::CliResult;
 
-std::string Slurp(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
-
-std::string TmpDir() {
-  static std::string dir = [] {
-    char tmpl[] = "/tmp/steps_cli_test.XXXXXX";
-    const char* d = ::mkdtemp(tmpl);
-    return std::string(d ? d : "/tmp");
-  }();
-  return dir;
-}
-
-Result RunSteps(const std::string& args) {
-  const std::string out = TmpDir() + "/out", err = TmpDir() + "/err";
-  const std::string cmd =
-      std::string(CLOUDTUNE_BIN_DIR) + "/cloudtune steps " + args + " >" + out + " 2>" + err;
-  const int rc = std::system(cmd.c_str());
-  Result r;
-  r.status = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-  r.out = Slurp(out);
-  r.err = Slurp(err);
-  return r;
-}
-
-std::string Write(const std::string& name, const std::string& text) {
-  const std::string p = TmpDir() + "/" + name;
-  std::ofstream(p) << text;
-  return p;
-}
+Result RunSteps(const std::string& args) { return cloudtune::cli_test::RunCli("steps " + args); }
 
 const std::string kDir = std::string(CLOUDTUNE_SHARED_DIR) + "/data/traces/pollux-t4/cifar10/";
 const std::string kObs =
