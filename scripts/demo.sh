@@ -11,6 +11,10 @@ rm -f "$out"/cloudtune.*
 export CLOUDTUNE=1
 export CLOUDTUNE_SIDECAR="$out/cloudtune.sidecar.jsonl"
 export CLOUDTUNE_PROFILE="$out/cloudtune.profile.csv"
+# The search prices configurations by instance type. This machine is no cloud instance, so the
+# demo's measured step times are priced as if they came from a g4dn.12xlarge (4x T4); a real job
+# sets the type it runs on.
+export CLOUDTUNE_INSTANCE_TYPE="${CLOUDTUNE_INSTANCE_TYPE:-g4dn.12xlarge}"
 export CLOUDTUNE_STATE="${CLOUDTUNE_STATE:-$out/cloudtune.state.json}"
 export CLOUDTUNE_REFIT_SECONDS="${CLOUDTUNE_REFIT_SECONDS:-10}"
 export CLOUDTUNE_TARGET_PROGRESS="${CLOUDTUNE_TARGET_PROGRESS:-20000}"
