@@ -197,6 +197,19 @@ bool FitAndSearchOptions::IsValid(std::string* error) const {
   return true;
 }
 
+void DestraggleProfile(const estimator::ConfigKey& current, double slowdown,
+                       std::vector<estimator::Measurement>* profile) {
+  for (auto& m : *profile) {
+    if (m.key.num_nodes != current.num_nodes || m.key.num_replicas != current.num_replicas ||
+        m.key.local_bsz != current.local_bsz || m.key.accum_steps != current.accum_steps)
+      continue;
+    // The fast ranks wait for the slow one inside the all-reduce, so the excess is sync time.
+    const double clean = m.step_time / slowdown;
+    m.sync_time = std::max(0.0, std::min(m.sync_time - (m.step_time - clean), 0.99 * clean));
+    m.step_time = clean;
+  }
+}
+
 search::RecommendRequest BuildRecommendRequest(const Snapshot& s, const FitAndSearchOptions& o,
                                                bool preempted) {
   search::RecommendRequest req;
@@ -229,6 +242,8 @@ FitAndSearchFn MakeFitAndSearch(FitAndSearchOptions options) {
       throw std::runtime_error("no gradient noise estimate yet");
     const bool preempted = ctx.trigger == "preemption";
     search::RecommendRequest req = BuildRecommendRequest(s, o, preempted);
+    const double slowdown = s.straggler_factor > 1 ? s.straggler_factor : 1.0;
+    if (slowdown > 1) DestraggleProfile(s.current, slowdown, &req.profile);
 
     // Statistical efficiency: the drift model when the run has seen >= 2 batch sizes.
     std::vector<double> batches;
@@ -261,10 +276,28 @@ FitAndSearchFn MakeFitAndSearch(FitAndSearchOptions options) {
     j["straggler_factor"] = s.straggler_factor;
     j["trigger"] = ctx.trigger;
     j["preempted"] = preempted;
-    if (s.straggler_factor > 1.0 + 1e-9) {
+    if (slowdown > 1.0 + 1e-9 && r.has_current) {
+      // The models were fitted to what the hardware does without the slow worker; staying means
+      // running the rest at `slowdown` times the predicted time, replacing the slow machine costs
+      // one restart (CostOptions::switch_s) at the current price.
+      const double keep_h = r.current.hours * slowdown, keep_usd = r.current.cost * slowdown;
+      const double restart_h = req.options.cost.switch_s / 3600.0;
+      const double replace_h = r.current.hours + restart_h;
+      const double replace_usd = r.current.cost + r.current.price_per_hour * restart_h;
+      const bool cost_goal = req.options.objective.goal == search::Goal::kCost;
+      const double keep_v = cost_goal ? keep_usd : keep_h;
+      const double replace_v = cost_goal ? replace_usd : replace_h;
+      const bool replace = replace_v < keep_v * (1 - req.options.hysteresis);
+      j["straggler"] = {{"factor", slowdown},
+                        {"keep", {{"hours", keep_h}, {"cost_usd", keep_usd}}},
+                        {"replace", {{"hours", replace_h}, {"cost_usd", replace_usd}}},
+                        {"advice", replace ? "replace the slow worker" : "keep"}};
       j["reason"] = r.reason + "; a straggler slows the current configuration by " +
-                    Fixed((s.straggler_factor - 1) * 100, 0) +
-                    "% (the measured step times include it)";
+                    Fixed((slowdown - 1) * 100, 0) + "%: keeping it costs " +
+                    (cost_goal ? "$" + Fixed(keep_usd, 2) : Fixed(keep_h, 2) + " h") +
+                    ", replacing the slow worker " +
+                    (cost_goal ? "$" + Fixed(replace_usd, 2) : Fixed(replace_h, 2) + " h") +
+                    (replace ? " (advised)" : " (not worth a restart)");
     }
     const char* action = search::ActionName(r.action);
     out.change_key = std::string(action) + "|" + r.proposed.config.ToString();

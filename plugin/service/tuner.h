@@ -166,6 +166,15 @@ struct FitAndSearchOptions {
 search::RecommendRequest BuildRecommendRequest(const Snapshot& s, const FitAndSearchOptions& o,
                                                bool preempted = false);
 
+// A straggler makes every rank wait for the slowest: divides the step time of the profile rows of
+// the `current` configuration by `slowdown` (>= 1) and takes the excess out of their sync time, so
+// that the models describe the hardware without the slow worker. The fit-and-search step does this
+// when Snapshot::straggler_factor > 1 and then prices both staying with the straggler (remaining
+// time x slowdown) and replacing the slow machine (one CostOptions::switch_s restart): the
+// recommendation's "straggler" object and its reason carry both.
+void DestraggleProfile(const estimator::ConfigKey& current, double slowdown,
+                       std::vector<estimator::Measurement>* profile);
+
 // Fits the throughput model (fitted parameters for the record) and the efficiency model
 // (FitEfficiency over noise_history when it spans >= 2 batch sizes, else FromNoise), runs
 // search::Recommend, and returns:

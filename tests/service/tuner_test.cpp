@@ -377,6 +377,54 @@ TEST(FitAndSearch, SameNumbersAsRecommendOnTheRecordedProfile) {
   std::printf("%s\n", r.log_line.c_str());
 }
 
+TEST(FitAndSearch, DestraggleProfileTakesTheWaitOutOfTheCurrentConfiguration) {
+  Snapshot s = RealSnapshot();
+  std::vector<cloudtune::estimator::Measurement> p = s.profile;
+  DestraggleProfile(s.current, 1.5, &p);
+  for (size_t i = 0; i < p.size(); ++i) {
+    if (p[i].key == s.current) {
+      EXPECT_NEAR(p[i].step_time, s.profile[i].step_time / 1.5, 1e-12);
+      EXPECT_LT(p[i].sync_time, p[i].step_time);
+      EXPECT_GE(p[i].sync_time, 0);
+    } else {
+      EXPECT_EQ(p[i].step_time, s.profile[i].step_time);  // other configurations untouched
+      EXPECT_EQ(p[i].sync_time, s.profile[i].sync_time);
+    }
+  }
+}
+
+TEST(FitAndSearch, AStragglerIsPricedIntoTheRecommendation) {
+  const FitAndSearchOptions o = RealOptions();
+  Snapshot healthy = RealSnapshot();
+  // The measured times of the current configuration include a worker 1.6x slower than the others.
+  Snapshot slowed = healthy;
+  for (auto& m : slowed.profile)
+    if (m.key == slowed.current) {
+      m.sync_time += 0.6 * m.step_time;
+      m.step_time *= 1.6;
+    }
+  slowed.straggler_factor = 1.6;
+  const auto fit = MakeFitAndSearch(o);
+  const nlohmann::json h = fit(healthy, RefitContext{"timer", 1}).recommendation;
+  const nlohmann::json r = fit(slowed, RefitContext{"straggler", 2}).recommendation;
+  EXPECT_FALSE(h.contains("straggler"));
+  ASSERT_TRUE(r.contains("straggler")) << r.dump();
+  const auto& st = r["straggler"];
+  EXPECT_DOUBLE_EQ(st["factor"].get<double>(), 1.6);
+  // Staying costs the remaining job x the slowdown; replacing costs one restart on top.
+  const double cur = r["current"]["cost_usd"].get<double>();
+  EXPECT_NEAR(st["keep"]["cost_usd"].get<double>(), 1.6 * cur, 1e-9 * cur);
+  EXPECT_GT(st["replace"]["cost_usd"].get<double>(), cur);
+  EXPECT_LT(st["replace"]["cost_usd"].get<double>(), st["keep"]["cost_usd"].get<double>());
+  EXPECT_EQ(st["advice"], "replace the slow worker");
+  EXPECT_NE(r["reason"].get<std::string>().find("straggler slows the current configuration by 60%"),
+            std::string::npos)
+      << r["reason"];
+  // The models see the hardware without the slow worker: the current configuration's predicted
+  // cost is that of the healthy run, not 1.6x it.
+  EXPECT_NEAR(cur, h["current"]["cost_usd"].get<double>(), 0.05 * cur);
+}
+
 TEST(FitAndSearch, RunsInTheTunerAndReportsMissingInputsOnce) {
   Recorder rec;
   TunerOptions to;
