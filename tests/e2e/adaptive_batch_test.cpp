@@ -11,6 +11,7 @@
 #include <regex>
 #include <sstream>
 
+#include "e2e_util.h"
 #include "estimator/efficiency.h"
 
 namespace {
@@ -18,19 +19,8 @@ namespace {
 namespace fs = std::filesystem;
 const std::string kBin = CLOUDTUNE_BIN_DIR "/train_fashion_mnist";
 
-fs::path TempDir(const std::string& name) {
-  auto dir = fs::temp_directory_path() / ("cloudtune-ab-" + std::to_string(::getpid())) / name;
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
-
-std::string Slurp(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+fs::path TempDir(const std::string& name) { return cloudtune::e2e::TempDir("cloudtune-ab", name); }
+using cloudtune::e2e::Slurp;
 
 // Runs the example with 2 workers in `dir`; returns the exit status, output in *log.
 int RunExample(const fs::path& dir, const std::string& env, const std::string& args,

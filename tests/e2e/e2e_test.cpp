@@ -15,6 +15,7 @@
 #include <sstream>
 #include <thread>
 
+#include "e2e_util.h"
 #include "estimator/trace.h"
 
 namespace {
@@ -24,19 +25,8 @@ const std::string kBin = CLOUDTUNE_BIN_DIR "/train_fashion_mnist";
 // Short runs: a few hundred small steps.
 const std::string kArgs = " --steps 80 --epochs 1 --batch 32 --log-every 40 --test-limit 500";
 
-fs::path TempDir(const std::string& name) {
-  auto dir = fs::temp_directory_path() / ("cloudtune-e2e-" + std::to_string(::getpid())) / name;
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
-
-std::string Slurp(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+fs::path TempDir(const std::string& name) { return cloudtune::e2e::TempDir("cloudtune-e2e", name); }
+using cloudtune::e2e::Slurp;
 
 // Runs the example in `dir` with `env` (VAR=value ...; CLOUDTUNE* of the caller removed);
 // returns the exit status, output in *log.

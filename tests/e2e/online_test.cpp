@@ -21,6 +21,7 @@
 #include <sstream>
 #include <thread>
 
+#include "e2e_util.h"
 #include "estimator/trace.h"
 
 namespace {
@@ -36,18 +37,9 @@ const std::string kEnv =
     "CLOUDTUNE_INSTANCE_TYPE=g4dn.12xlarge CLOUDTUNE_TARGET_PROGRESS=20000";
 
 fs::path TempDir(const std::string& name) {
-  auto dir = fs::temp_directory_path() / ("cloudtune-online-" + std::to_string(::getpid())) / name;
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
+  return cloudtune::e2e::TempDir("cloudtune-online", name);
 }
-
-std::string Slurp(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using cloudtune::e2e::Slurp;
 
 int FreePort() {
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
