@@ -10,6 +10,8 @@
 #include <cmath>
 #include <ctime>
 
+#include "estimator/csv.h"
+
 namespace cloudtune::service {
 
 namespace asio = boost::asio;
@@ -30,12 +32,7 @@ std::string Lower(std::string s) {
   return s;
 }
 
-std::string Trim(const std::string& s) {
-  const auto b = s.find_first_not_of(" \t\r\n");
-  if (b == std::string::npos) return "";
-  const auto e = s.find_last_not_of(" \t\r\n");
-  return s.substr(b, e - b + 1);
-}
+using estimator::csv::Trim;
 
 std::string UtcNow() {
   std::time_t t = std::time(nullptr);
