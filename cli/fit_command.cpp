@@ -113,6 +113,9 @@ void RegisterFitCommands(CLI::App& app) {
          "--compute-effect-sigma", fa->options.compute_effect_sigma,
          "Prior std. dev. of the per-(num_nodes, num_replicas) compute effects (log scale)")
       ->capture_default_str();
+  fit->add_option("--sync-batch-effect-sigma", fa->options.sync_batch_effect_sigma,
+                  "Prior std. dev. of the per-batch-size all-reduce effects (log scale)")
+      ->capture_default_str();
   fit->callback([fa] { RunFit(*fa); });
 
   auto pa = std::make_shared<PredictArgs>();

@@ -13,21 +13,22 @@
 //                     (zeta_c: GPUs of one machine contend for PCIe, CPU and data loading)
 //                     (kappa < 1: the GPU is under-used at small b; kappa > 1: super-linear)
 //   all-reduce  T_n = 0                                               R = 1
-//                   = alpha_l + beta_l * (R - 2)                      N = 1, R >= 2 (one machine)
+//                   = (alpha_l + beta_l * (R - 2)) * exp(sync_batch_effect[b])      N = 1, R >= 2
 //                   = (alpha_n + beta_n * log(R / 2) + delta_n * (g - 1) / (N - 1))
-//                     * exp(node_effect[N] + placement_effect[N, R])          N >= 2
+//                     * exp(node_effect[N] + placement_effect[N, R] + sync_batch_effect[b]) N >= 2
 //   overlap     T   = T_c + T_n - softmin(omega * T_c, T_n)             gamma >= 1, 0 < omega <= 1
 //                     softmin(a, c) = (a^-gamma + c^-gamma)^(-1/gamma): the all-reduce hides behind
 //                     at most the fraction omega of the compute (the backward pass); a small T_n
 //                     is mostly hidden, a large one exposed beyond omega * T_c
 //   step        T_step = s * T_c + T;  exposed sync = T - T_c;  compute = (s + 1) * T_c.
-// batch_effect[b], node_effect[N], placement_effect[N, R] and compute_effect[N, R] are random
-// effects (one per batch size, node count and (N, R) pair seen in the data, shrunk towards 0 by a
-// prior; compute_effect also for N = 1): they absorb
-// what the smooth form misses (kernel choices at some batch sizes, network topology at some node
-// counts and placements); unseen values use 0 and the prior's variance. Fitted on log(step time) of
-// every configuration and log(compute time) per batch size, with a Huber loss, weak log-normal
-// priors (so that parameters the data cannot identify stay sensible) and bounds.
+// batch_effect[b], node_effect[N], placement_effect[N, R], compute_effect[N, R] and
+// sync_batch_effect[b] are random effects (one per batch size, node count and (N, R) pair seen in
+// the data, shrunk towards 0 by a prior; compute_effect also for N = 1): they absorb what the
+// smooth form misses (kernel choices at some batch sizes, network topology at some node counts and
+// placements, an all-reduce that the backward pass of some batch sizes hides worse or better);
+// unseen values use 0 and the prior's variance. Fitted on log(step time) of every configuration and
+// log(compute time) per batch size, with a Huber loss, weak log-normal priors (so that parameters
+// the data cannot identify stay sensible) and bounds.
 #pragma once
 
 #include <array>
@@ -93,13 +94,17 @@ struct ThroughputFitOptions {
   // time (data loading, PCIe and CPU contention particular to a placement; shows at large
   // batches, where the all-reduce is hidden). Must be > 0.
   double compute_effect_sigma = 0.05;
+  // Prior standard deviation of the per-batch-size log multiplier of the all-reduce time (how much
+  // of it the backward pass of that batch size hides, gradient bucketing). Must be > 0.
+  double sync_batch_effect_sigma = 0.1;
   // Posterior variance / prior variance given the other parameters, below which a parameter counts
   // as identified by the data. Must be in (0, 1).
   double identified_ratio = 0.25;
-  // Levenberg-Marquardt iteration cap and relative cost tolerance. max_iterations >= 1,
-  // function_tolerance > 0.
+  // Levenberg-Marquardt iteration cap and relative cost tolerance (stop when an iteration lowers
+  // the cost by less than this fraction; the cost is ~ configurations / 2, so 1e-6 is far below
+  // one unit of chi-square). max_iterations >= 1, function_tolerance > 0.
   int max_iterations = 200;
-  double function_tolerance = 1e-8;
+  double function_tolerance = 1e-6;
   // Compute the parameter covariance (for log_sigma and identified flags).
   bool compute_uncertainty = true;
 
@@ -147,15 +152,20 @@ class ThroughputModel {
   double placement_effect(int num_nodes, int num_replicas) const;
   double batch_effect(int local_bsz) const;
   double compute_effect(int num_nodes, int num_replicas) const;
+  double sync_batch_effect(int local_bsz) const;
   const std::vector<int>& node_counts() const { return node_counts_; }
   const std::vector<std::pair<int, int>>& placements() const { return placements_; }
   const std::vector<int>& batch_sizes() const { return batch_sizes_; }
   const std::vector<std::pair<int, int>>& compute_placements() const { return compute_placements_; }
 
-  // Internal representation: theta = [core | node | placement | batch | compute effects]; core[i] =
-  // log(value) for positive parameters, value for kappa and gamma. covariance_ is theta's,
-  // row-major.
+  // Internal representation: theta = [core | node | batch | sync_batch effects | one block per
+  // (num_nodes, num_replicas) of compute_placements(): its compute effect, then its placement
+  // effect when num_nodes >= 2 and num_replicas >= 2]; core[i] = log(value) for positive
+  // parameters, value for kappa, gamma, zeta_c, omega.
   const std::vector<double>& theta() const { return theta_; }
+  // Posterior covariance of theta[i] and theta[j]. Kept in O(effects) memory: the core block, the
+  // core x effect block, and the effect pairs that share a measured configuration (others: 0).
+  double covariance(int i, int j) const;
 
  private:
   friend ThroughputModel FitThroughput(const std::vector<Measurement>&,
@@ -164,19 +174,30 @@ class ThroughputModel {
   int PlaceIndex(int num_nodes, int num_replicas) const;
   int BatchIndex(int local_bsz) const;
   int ComputeIndex(int num_nodes, int num_replicas) const;
+  int SyncBatchIndex(int local_bsz) const;
+  int num_effects() const { return static_cast<int>(theta_.size()) - kNumThroughputParams; }
   std::vector<double> theta_;
-  std::vector<double> covariance_;
+  // Covariance of theta (see covariance()): cov_core_ kC x kC and cov_cross_ kC x E row-major;
+  // cov_pairs_ sorted (a, b), a <= b, effect indices (theta index - kC).
+  struct EffectPair {
+    int a, b;
+    double v;
+  };
+  std::vector<double> cov_core_, cov_cross_;
+  std::vector<EffectPair> cov_pairs_;
   std::vector<bool> identified_;
   std::vector<int> node_counts_;                         // sorted node counts (>= 2) with an effect
   std::vector<std::pair<int, int>> placements_;          // sorted (N, R), N >= 2, with an effect
   std::vector<int> batch_sizes_;                         // sorted batch sizes with an effect
   std::vector<std::pair<int, int>> compute_placements_;  // sorted (N, R) with a compute effect
+  std::vector<int> block_offset_;  // theta index of each compute placement's block
   double b_ref_ = 1;
   double noise_sigma_ = 0.05;
   double node_effect_sigma_ = 0.2;  // prior std of an unseen node count's effect
   double placement_effect_sigma_ = 0.1;
   double batch_effect_sigma_ = 0.1;  // prior std of an unseen batch size's effect
   double compute_effect_sigma_ = 0.05;
+  double sync_batch_effect_sigma_ = 0.1;
   ThroughputFitStats stats_;
 };
 
@@ -185,7 +206,9 @@ class ThroughputModel {
 // and are flagged. Throws cloudtune::InputError only on empty input or invalid options.
 // A configuration with several replicas and sync_time == 0 counts as "sync not measured" (e.g.
 // converted Gavel traces): it constrains the step time only, not the compute time.
-// Memory: O(configurations + effects^2) (the covariance of the fitted effects).
+// Memory: O(configurations + effects): the Jacobian has one row of at most kC + 5 entries per
+// configuration; the effects' information matrix holds the pairs that share a configuration; its
+// sparse factor fills in at most (distinct batch sizes)^2 more.
 ThroughputModel FitThroughput(const std::vector<Measurement>& data,
                               const ThroughputFitOptions& options = {});
 

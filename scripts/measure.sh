@@ -16,6 +16,7 @@ echo "== replay"
 $B/cloudtune replay data/scenarios/*.json
 echo "== benchmarks"
 $B/bench_fit --benchmark_min_time=0.5
+$B/bench_fit_memory
 $B/bench_search
 [ -x $B/bench_efficiency ] && $B/bench_efficiency
 [ -x $B/bench_tuner ] && $B/bench_tuner

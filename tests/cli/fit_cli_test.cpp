@@ -40,7 +40,7 @@ TEST(FitCli, RoundTripOnAShippedTrace) {
   Result f = RunCli("fit " + trace + " -o " + model);
   ASSERT_EQ(f.status, 0) << f.err;
   const auto j = nlohmann::json::parse(Slurp(model));
-  EXPECT_EQ(j["schema"], "cloudtune.throughput_model/1");
+  EXPECT_EQ(j["schema"], "cloudtune.throughput_model/2");
   EXPECT_TRUE(j["model"].contains("form"));
   EXPECT_EQ(j["fit"]["configurations"], 28);
   for (const auto& p : j["parameters"]) {
@@ -134,7 +134,7 @@ TEST(FitCli, BadModels) {
   EXPECT_EQ(r.status, 1);
   EXPECT_EQ(r.err, "cloudtune: error: " + foreign +
                        ": schema is \"cloudtune.other/1\", expected "
-                       "\"cloudtune.throughput_model/1\"\n");
+                       "\"cloudtune.throughput_model/2\"\n");
   EXPECT_TRUE(r.out.empty());
 }
 
