@@ -197,6 +197,7 @@ class GroupCost final : public ceres::CostFunction {
         d_tn0[kDeltaN] = dn * en;
       }
     }
+    const double log_tn0 = tn0 > 0 ? std::log(tn0) : 0.0;
     if (jacobians)
       for (int k = q_slot; k < q_slot + slots_; ++k)
         if (jacobians[k]) std::fill(jacobians[k], jacobians[k] + 2 * count_, 0.0);
@@ -213,7 +214,7 @@ class GroupCost final : public ceres::CostFunction {
         // T = tc + tn - m, m = softmin(a, tn), a = omega tc:
         // log m = log a - softplus(u) / gamma, u = gamma * log(a / tn).
         const double la = c.log_omega + log_tc;
-        const double lr = la - std::log(tn);
+        const double lr = la - log_tn0 - bs[1];  // log(a / tn)
         const double u = gamma * lr;
         const double eu = std::exp(-std::abs(u));
         const double sp = std::max(u, 0.0) + std::log1p(eu);
