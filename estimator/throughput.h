@@ -206,9 +206,10 @@ class ThroughputModel {
 // and are flagged. Throws cloudtune::InputError only on empty input or invalid options.
 // A configuration with several replicas and sync_time == 0 counts as "sync not measured" (e.g.
 // converted Gavel traces): it constrains the step time only, not the compute time.
-// Memory: O(configurations + effects): the Jacobian has one row of at most kC + 5 entries per
-// configuration; the effects' information matrix holds the pairs that share a configuration; its
-// sparse factor fills in at most (distinct batch sizes)^2 more.
+// Memory: O(configurations + effects): the Jacobian holds at most kC + 3 + 2 * 8 entries per
+// configuration (residual blocks of <= 8 rows of one placement); the effects' information matrix
+// holds the pairs that share a configuration, plus its sparse factor's fill-in.
+// bench/bench_fit_memory measures the peak heap of a fit against its input.
 ThroughputModel FitThroughput(const std::vector<Measurement>& data,
                               const ThroughputFitOptions& options = {});
 
