@@ -11,6 +11,31 @@
 #include "estimator/trace.h"
 
 namespace cloudtune::bench {
+namespace detail {
+
+// The ground truth of both generators (5% log-normal noise on step and sync time): compute
+// 0.01 s + 0.4 ms/sample, an all-reduce that grows with log(R/2) and GPUs per machine, and a
+// smooth overlap of the two.
+inline estimator::Measurement Measure(const estimator::ConfigKey& k, std::mt19937* rng) {
+  std::normal_distribution<double> noise(0.0, 0.05);
+  const double gpn = double(k.num_replicas) / k.num_nodes;
+  const double tc = 0.01 + 4e-4 * k.local_bsz;
+  double tn = 0;
+  if (k.num_replicas > 1)
+    tn = k.num_nodes == 1 ? 0.005 + 0.002 * (k.num_replicas - 2)
+                          : 0.05 + 0.01 * std::log(k.num_replicas / 2.0) +
+                                0.02 * (gpn - 1.0) / (k.num_nodes - 1);
+  const double t = std::pow(std::pow(tc, 2.0) + std::pow(tn, 2.0), 0.5);
+  estimator::Measurement m;
+  m.key = k;
+  m.step_time = (k.accum_steps * tc + t) * std::exp(noise(*rng));
+  m.sync_time = std::max(0.0, t - tc) * std::exp(noise(*rng));
+  m.sync_time = std::min(m.sync_time, 0.9 * m.step_time);
+  m.rows = 1;
+  return m;
+}
+
+}  // namespace detail
 
 // The configurations span 1-16 machines of up to 4 GPUs and 16 batch sizes, like the Pollux
 // traces; beyond 8 * 4 * 16 keys they repeat with more accumulation steps.
@@ -18,7 +43,6 @@ inline std::vector<estimator::Measurement> Synthetic(int n) {
   using estimator::ConfigKey;
   using estimator::Measurement;
   std::mt19937 rng(42);
-  std::normal_distribution<double> noise(0.0, 0.05);
   const int nodes_list[] = {1, 2, 3, 4, 6, 8, 12, 16};
   std::vector<Measurement> out;
   for (int i = 0; out.size() < static_cast<size_t>(n); ++i) {
@@ -30,20 +54,7 @@ inline std::vector<estimator::Measurement> Synthetic(int n) {
     k.accum_steps = 0;
     for (const auto& m : out)  // repeated keys get more accumulation steps: all distinct
       if (m.key == k) k.accum_steps = std::max(k.accum_steps, m.key.accum_steps + 1);
-    const double tc = 0.01 + 4e-4 * k.local_bsz;
-    double tn = 0;
-    if (k.num_replicas > 1)
-      tn = k.num_nodes == 1 ? 0.005 + 0.002 * (k.num_replicas - 2)
-                            : 0.05 + 0.01 * std::log(k.num_replicas / 2.0) +
-                                  0.02 * (gpn - 1.0) / (k.num_nodes - 1);
-    const double t = std::pow(std::pow(tc, 2.0) + std::pow(tn, 2.0), 0.5);
-    Measurement m;
-    m.key = k;
-    m.step_time = (k.accum_steps * tc + t) * std::exp(noise(rng));
-    m.sync_time = std::max(0.0, t - tc) * std::exp(noise(rng));
-    m.sync_time = std::min(m.sync_time, 0.9 * m.step_time);
-    m.rows = 1;
-    out.push_back(m);
+    out.push_back(detail::Measure(k, &rng));
   }
   return out;
 }
@@ -56,7 +67,6 @@ inline std::vector<estimator::Measurement> Distinct(int n) {
   using estimator::ConfigKey;
   using estimator::Measurement;
   std::mt19937 rng(43);
-  std::normal_distribution<double> noise(0.0, 0.05);
   const int num_batches = std::clamp(n / 10, 8, 300);
   std::vector<int> batches;
   for (int k = 0; static_cast<int>(batches.size()) < num_batches; ++k) {
@@ -75,20 +85,7 @@ inline std::vector<estimator::Measurement> Distinct(int n) {
     k.local_bsz = batches[i % num_batches];
     k.accum_steps = 0;
     if (!seen.insert(k).second) continue;
-    const double tc = 0.01 + 4e-4 * k.local_bsz;
-    double tn = 0;
-    if (k.num_replicas > 1)
-      tn = k.num_nodes == 1 ? 0.005 + 0.002 * (k.num_replicas - 2)
-                            : 0.05 + 0.01 * std::log(k.num_replicas / 2.0) +
-                                  0.02 * (gpn - 1.0) / (k.num_nodes - 1);
-    const double t = std::pow(std::pow(tc, 2.0) + std::pow(tn, 2.0), 0.5);
-    Measurement m;
-    m.key = k;
-    m.step_time = t * std::exp(noise(rng));
-    m.sync_time = std::max(0.0, t - tc) * std::exp(noise(rng));
-    m.sync_time = std::min(m.sync_time, 0.9 * m.step_time);
-    m.rows = 1;
-    out.push_back(m);
+    out.push_back(detail::Measure(k, &rng));
   }
   return out;
 }

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 namespace cloudtune::hooks {
 namespace {
@@ -51,40 +52,17 @@ double SumSquares(const float* x, size_t n) {
   return total;
 }
 
-void SumSquaresAndDot(const float* x, const float* y, size_t n, double* sqr, double* dot) {
-  double ts = 0, td = 0;
-  for (size_t base = 0; base < n; base += kBlock) {
-    const size_t len = std::min(kBlock, n - base);
-    const float* p = x + base;
-    const float* q = y + base;
-    V4 s0 = {}, s1 = {}, d0 = {}, d1 = {};
-    size_t i = 0;
-    for (; i + 8 <= len; i += 8) {
-      const V4 v0 = Load(p + i), v1 = Load(p + i + 4);
-      s0 += v0 * v0;
-      s1 += v1 * v1;
-      d0 += v0 * Load(q + i);
-      d1 += v1 * Load(q + i + 4);
-    }
-    ts += Sum(s0) + Sum(s1);
-    td += Sum(d0) + Sum(d1);
-    for (; i < len; ++i) {
-      ts += static_cast<double>(p[i]) * p[i];
-      td += static_cast<double>(p[i]) * q[i];
-    }
-  }
-  *sqr = ts;
-  *dot = td;
-}
-
 namespace {
-// SumSquaresAndDot that also overwrites y with x (the consecutive-steps copy), in one pass.
-void SumSquaresDotAndStore(const float* x, float* y, size_t n, double* sqr, double* dot) {
+// Sum of x^2 and of x*y in one pass; with kStore, also overwrites y with x (the consecutive-steps
+// copy) while the values are in registers.
+template <bool kStore>
+void SquaresAndDot(const float* x, std::conditional_t<kStore, float*, const float*> y, size_t n,
+                   double* sqr, double* dot) {
   double ts = 0, td = 0;
   for (size_t base = 0; base < n; base += kBlock) {
     const size_t len = std::min(kBlock, n - base);
     const float* p = x + base;
-    float* q = y + base;
+    auto* q = y + base;
     V4 s0 = {}, s1 = {}, d0 = {}, d1 = {};
     size_t i = 0;
     for (; i + 8 <= len; i += 8) {
@@ -93,21 +71,27 @@ void SumSquaresDotAndStore(const float* x, float* y, size_t n, double* sqr, doub
       s1 += v1 * v1;
       d0 += v0 * Load(q + i);
       d1 += v1 * Load(q + i + 4);
-      std::memcpy(q + i, &v0, sizeof v0);
-      std::memcpy(q + i + 4, &v1, sizeof v1);
+      if constexpr (kStore) {
+        std::memcpy(q + i, &v0, sizeof v0);
+        std::memcpy(q + i + 4, &v1, sizeof v1);
+      }
     }
     ts += Sum(s0) + Sum(s1);
     td += Sum(d0) + Sum(d1);
     for (; i < len; ++i) {
       ts += static_cast<double>(p[i]) * p[i];
       td += static_cast<double>(p[i]) * q[i];
-      q[i] = p[i];
+      if constexpr (kStore) q[i] = p[i];
     }
   }
   *sqr = ts;
   *dot = td;
 }
 }  // namespace
+
+void SumSquaresAndDot(const float* x, const float* y, size_t n, double* sqr, double* dot) {
+  SquaresAndDot<false>(x, y, n, sqr, dot);
+}
 
 double SquaredNorm(const std::vector<at::Tensor>& tensors) {
   double total = 0;
@@ -145,7 +129,7 @@ bool SquaredNormAndDotWithPrevious(const std::vector<at::Tensor>& tensors, std::
     const float* x = c.data_ptr<float>();
     float* p = prev->data() + off;
     double ts = 0, td = 0;
-    SumSquaresDotAndStore(x, p, n, &ts, &td);
+    SquaresAndDot<true>(x, p, n, &ts, &td);
     s += ts;
     d += td;
     off += n;
