@@ -105,6 +105,10 @@ struct ThroughputFitOptions {
   // one unit of chi-square). max_iterations >= 1, function_tolerance > 0.
   int max_iterations = 200;
   double function_tolerance = 1e-6;
+  // Also stop once an iteration lowers the cost (half the chi-square of the residuals in units of
+  // obs_sigma) by less than this, absolute. 0.01 is far below one unit of chi-square; it ends the
+  // slow crawl along directions the data hardly constrain. 0 = function_tolerance only. >= 0.
+  double cost_tolerance = 0.01;
   // Compute the parameter covariance (for log_sigma and identified flags).
   bool compute_uncertainty = true;
 

@@ -97,6 +97,10 @@ TEST(ThroughputOptions, InvalidValuesAreNamed) {
   o.max_iterations = 0;
   EXPECT_FALSE(o.IsValid(&err));
   EXPECT_EQ(err, "max_iterations must be >= 1");
+  o = {};
+  o.cost_tolerance = -0.1;
+  EXPECT_FALSE(o.IsValid(&err));
+  EXPECT_EQ(err, "cost_tolerance must be >= 0");
   EXPECT_THROW(FitThroughput(MeasureAll(Truth{}, Grid(), 1, 0.01), o), InputError);
 }
 
@@ -173,6 +177,24 @@ TEST(ThroughputFit, IsDeterministic) {
   a["fit"].erase("seconds");
   b["fit"].erase("seconds");
   EXPECT_EQ(a.dump(), b.dump());
+}
+
+TEST(ThroughputFit, CostToleranceStopsNearTheMinimum) {
+  // The default cost_tolerance stops within ~0.01 of the cost that Ceres' relative tolerance alone
+  // reaches, no later, and with predictions a small fraction of their uncertainty away.
+  const auto data = MeasureAll(Truth{}, Grid(), 13, 0.05);
+  ThroughputFitOptions strict;
+  strict.cost_tolerance = 0;
+  strict.function_tolerance = 1e-10;
+  const auto a = FitThroughput(data), b = FitThroughput(data, strict);
+  EXPECT_EQ(a.stats().termination, "CONVERGENCE");
+  EXPECT_LE(a.stats().iterations, b.stats().iterations);
+  EXPECT_LE(b.stats().final_cost, a.stats().final_cost);
+  EXPECT_LT(a.stats().final_cost - b.stats().final_cost, 0.02);
+  for (const auto& k : {Key(6, 12, 48), Key(16, 64, 256), Key(1, 4, 16)}) {
+    const auto pa = a.Predict(k), pb = b.Predict(k);
+    EXPECT_LT(std::abs(std::log(pa.step_time / pb.step_time)), 0.1 * pb.log_sigma);
+  }
 }
 
 TEST(ThroughputFit, UncertaintyCoversHeldOutConfigurations) {
