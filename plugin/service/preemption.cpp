@@ -8,9 +8,9 @@
 #include <cctype>
 #include <chrono>
 #include <cmath>
-#include <ctime>
 
 #include "estimator/csv.h"
+#include "plugin/service/detail/time.h"
 
 namespace cloudtune::service {
 
@@ -34,13 +34,21 @@ std::string Lower(std::string s) {
 
 using estimator::csv::Trim;
 
-std::string UtcNow() {
-  std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
+using detail::UtcNow;
+
+// AWS IMDSv2
+// (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/configuring-instance-metadata-service.html).
+constexpr char kAwsTokenTarget[] = "/latest/api/token";
+constexpr char kAwsTokenTtlHeader[] = "X-aws-ec2-metadata-token-ttl-seconds";
+constexpr char kAwsTokenHeader[] = "X-aws-ec2-metadata-token";
+constexpr int kAwsMaxTokenTtlSeconds = 21600;
+
+// A token goes into a header: printable ASCII without spaces only.
+bool UsableToken(const std::string& t) {
+  if (t.empty() || t.size() > 4096) return false;
+  for (char c : t)
+    if (static_cast<unsigned char>(c) <= ' ' || static_cast<unsigned char>(c) >= 0x7f) return false;
+  return true;
 }
 
 std::string Excerpt(const std::string& body) {
@@ -64,6 +72,8 @@ bool PreemptionOptions::IsValid(std::string* error) const {
   if (!(read_timeout_seconds > 0) || !std::isfinite(read_timeout_seconds))
     return fail("preemption read_timeout_seconds must be > 0");
   if (max_body_bytes < 16) return fail("preemption max_body_bytes must be >= 16");
+  if (aws_token_ttl_seconds < 1 || aws_token_ttl_seconds > kAwsMaxTokenTtlSeconds)
+    return fail("preemption aws_token_ttl_seconds must be in 1..21600");
   if (!url.empty()) {
     HttpUrl u;
     std::string why;
@@ -246,17 +256,23 @@ void PreemptionWatcher::Loop() {
   }
 }
 
-void PreemptionWatcher::PollOnce() {
-  polls_.fetch_add(1);
+bool PreemptionWatcher::Stopping() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stop_;
+}
+
+PreemptionWatcher::Answer PreemptionWatcher::Exchange(bool put, const std::string& target,
+                                                      const Headers& headers) {
+  Answer out;
   asio::io_context ioc;
   tcp::resolver resolver(ioc);
   beast::tcp_stream stream(ioc);
-  http::request<http::empty_body> req{http::verb::get, url_.target, 11};
+  http::request<http::string_body> req{put ? http::verb::put : http::verb::get, target, 11};
   req.set(http::field::host, url_.host);
   req.set(http::field::user_agent, "cloudtune");
   req.set(http::field::connection, "close");
-  if (provider_ == MetadataProvider::kGcp) req.set("Metadata-Flavor", "Google");
-  if (provider_ == MetadataProvider::kAzure) req.set("Metadata", "true");
+  for (const auto& [name, value] : headers) req.set(name, value);
+  req.prepare_payload();  // PUT: "Content-Length: 0"
   beast::flat_buffer buffer;
   http::response_parser<http::string_body> parser;
   parser.body_limit(options_.max_body_bytes);
@@ -290,19 +306,127 @@ void PreemptionWatcher::PollOnce() {
     ioc.stop();
   }
   if (!done || result) {
+    out.error = done ? result.message() : std::string("timed out");
+    return out;
+  }
+  const auto& res = parser.get();
+  out.ok = true;
+  out.status = static_cast<int>(res.result_int());
+  out.body = res.body();
+  const auto ttl = res.find(kAwsTokenTtlHeader);
+  if (ttl != res.end()) out.token_ttl = std::string(ttl->value());
+  return out;
+}
+
+std::string PreemptionWatcher::FetchAwsToken(std::string* why) {
+  aws_token_.clear();
+  const int asked = options_.aws_token_ttl_seconds;
+  const Answer a =
+      Exchange(/*put=*/true, kAwsTokenTarget, {{kAwsTokenTtlHeader, std::to_string(asked)}});
+  if (!a.ok) {
+    *why = a.error;
+    return "";
+  }
+  if (a.status != 200) {
+    *why = "HTTP status " + std::to_string(a.status);
+    return "";
+  }
+  std::string token = Trim(a.body);
+  if (!UsableToken(token)) {
+    *why = "the answer is not a usable token";
+    return "";
+  }
+  // The service may grant less than asked (it says so in the same header).
+  double ttl = asked;
+  const std::string granted = Trim(a.token_ttl);
+  if (!granted.empty() && granted.size() <= 6 &&
+      granted.find_first_not_of("0123456789") == std::string::npos) {
+    const int g = std::stoi(granted);
+    if (g > 0 && g < asked) ttl = g;
+  }
+  // Refresh shortly before the end: 10% of the TTL ahead, at most a minute.
+  aws_token_refresh_at_ =
+      std::chrono::steady_clock::now() + Seconds(ttl - std::min(60.0, ttl / 10));
+  aws_token_ = std::move(token);
+  return aws_token_;
+}
+
+PreemptionWatcher::Answer PreemptionWatcher::AwsExchange() {
+  auto get = [&](const std::string& token) {
+    Headers h;
+    if (!token.empty()) h.emplace_back(kAwsTokenHeader, token);
+    return Exchange(/*put=*/false, url_.target, h);
+  };
+  auto stopped = [] {
+    Answer a;
+    a.stopped = true;
+    return a;
+  };
+  std::string token, why_no_token;
+  bool fetched = false;  // a PUT was sent in this poll
+  if (!aws_v1_fallback_) {
+    if (!aws_token_.empty() && std::chrono::steady_clock::now() < aws_token_refresh_at_) {
+      token = aws_token_;
+    } else {
+      token = FetchAwsToken(&why_no_token);
+      fetched = true;
+      if (Stopping()) return stopped();
+    }
+  }
+  Answer a = get(token);
+  if (a.ok && a.status == 401 && !fetched && !Stopping()) {
+    // A cached token that expired or was revoked, or an endpoint that now requires IMDSv2: one
+    // fresh token, one retry (a plain GET again when no token can be had and one was sent).
+    const std::string fresh = FetchAwsToken(&why_no_token);
+    fetched = true;
+    if (!fresh.empty() || !token.empty()) {
+      token = fresh;
+      if (Stopping()) return stopped();
+      a = get(token);
+    }
+  }
+  if (!token.empty()) {
+    aws_v1_fallback_ = false;  // IMDSv2 in use (again)
+  } else if (fetched && a.ok && a.status != 401) {
+    // No token, but the plain GET was answered: IMDSv1 works here. Stay on it (no PUT per poll)
+    // until a plain GET answers 401.
+    aws_v1_fallback_ = true;
+    if (!logged_v1_fallback_ && log_) {
+      logged_v1_fallback_ = true;
+      const std::string host =
+          url_.host.find(':') == std::string::npos ? url_.host : "[" + url_.host + "]";
+      log_("cloudtune: preemption watcher: no IMDSv2 token from PUT http://" + host + ":" +
+           url_.port + kAwsTokenTarget + " (" + why_no_token + "); falling back to IMDSv1 for " +
+           options_.url);
+    }
+  }
+  return a;
+}
+
+void PreemptionWatcher::PollOnce() {
+  polls_.fetch_add(1);
+  Answer a;
+  if (provider_ == MetadataProvider::kAws) {
+    a = AwsExchange();
+    if (a.stopped) return;
+  } else {
+    Headers h;
+    if (provider_ == MetadataProvider::kGcp) h.emplace_back("Metadata-Flavor", "Google");
+    if (provider_ == MetadataProvider::kAzure) h.emplace_back("Metadata", "true");
+    a = Exchange(/*put=*/false, url_.target, h);
+  }
+  if (!a.ok) {
     failures_.fetch_add(1);
     if (!logged_unreachable_ && log_) {
       logged_unreachable_ = true;
-      log_("cloudtune: preemption watcher cannot reach " + options_.url + ": " +
-           (done ? result.message() : std::string("timed out")) + " (polling continues quietly)");
+      log_("cloudtune: preemption watcher cannot reach " + options_.url + ": " + a.error +
+           " (polling continues quietly)");
     }
     return;
   }
   logged_unreachable_ = false;  // reachable again: a later outage is worth one more line
-  const auto& res = parser.get();
   std::string unexpected;
-  auto notice = InterpretMetadataAnswer(provider_, static_cast<int>(res.result_int()), res.body(),
-                                        &unexpected);
+  auto notice = InterpretMetadataAnswer(provider_, a.status, a.body, &unexpected);
   if (!unexpected.empty()) {
     if (!logged_unexpected_ && log_) {
       logged_unexpected_ = true;

@@ -5,7 +5,12 @@
 // the `preemption` record and asks the tuner for the remaining fleet's configuration).
 //   AWS   http://169.254.169.254/latest/meta-data/spot/instance-action
 //         404 = no notice; 200 + {"action":"terminate|stop|hibernate","time":"…"} = notice.
-//         (IMDSv1 only: an IMDSv2-only instance answers 401, which is logged once.)
+//         IMDSv2: a session token from `PUT /latest/api/token` (same host:port, header
+//         "X-aws-ec2-metadata-token-ttl-seconds") is sent as "X-aws-ec2-metadata-token" and reused
+//         until shortly before its TTL (the granted one, if shorter) ends; a 401 to the GET fetches
+//         a fresh token and retries once. When the PUT fails (404/403/405, no answer, any
+//         non-200) but a plain GET is answered, the watcher falls back to IMDSv1 (logged once)
+//         and tries a token again only when a plain GET answers 401.
 //   GCP   http://metadata.google.internal/computeMetadata/v1/instance/preempted
 //         sent with "Metadata-Flavor: Google"; body "TRUE" = notice, "FALSE" = none.
 //   Azure http://169.254.169.254/metadata/scheduledevents?api-version=2020-07-01
@@ -15,6 +20,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -23,6 +29,8 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 namespace cloudtune::service {
 
@@ -42,6 +50,8 @@ struct PreemptionOptions {
   double read_timeout_seconds = 2;
   // Largest answer body accepted, bytes.
   std::size_t max_body_bytes = 64 * 1024;
+  // AWS IMDSv2 token lifetime asked for, seconds, 1..21600 (the AWS maximum).
+  int aws_token_ttl_seconds = 21600;
   bool IsValid(std::string* error) const;
 };
 
@@ -97,8 +107,25 @@ class PreemptionWatcher {
   std::uint64_t failures() const { return failures_.load(); }  // unreachable / timed out
 
  private:
+  // One HTTP exchange (bounded by the timeouts). ok = an HTTP answer arrived.
+  struct Answer {
+    bool ok = false;
+    bool stopped = false;  // Stop() came between two requests of one poll
+    std::string error;     // when !ok
+    int status = 0;
+    std::string body;
+    std::string token_ttl;  // AWS: the "X-aws-ec2-metadata-token-ttl-seconds" answer header
+  };
+  using Headers = std::vector<std::pair<std::string, std::string>>;
+
   void Loop();
   void PollOnce();
+  bool Stopping();
+  Answer Exchange(bool put, const std::string& target, const Headers& headers);
+  // AWS: the poll's GET with IMDSv2 token handling and the IMDSv1 fallback.
+  Answer AwsExchange();
+  // AWS: PUT for a fresh token; caches and returns it, or "" with the reason in *why.
+  std::string FetchAwsToken(std::string* why);
 
   PreemptionOptions options_;
   MetadataProvider provider_ = MetadataProvider::kAws;
@@ -108,6 +135,10 @@ class PreemptionWatcher {
   std::atomic<bool> flag_{false};
   std::atomic<std::uint64_t> polls_{0}, failures_{0};
   bool logged_unreachable_ = false, logged_unexpected_ = false;
+  // AWS IMDSv2 state (watcher thread only).
+  std::string aws_token_;
+  std::chrono::steady_clock::time_point aws_token_refresh_at_{};
+  bool aws_v1_fallback_ = false, logged_v1_fallback_ = false;
   std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false;

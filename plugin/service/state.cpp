@@ -7,15 +7,16 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <ctime>
 #include <fstream>
 #include <sstream>
 
 #include "estimator/error.h"
+#include "plugin/service/detail/time.h"
 
 namespace cloudtune::service {
 namespace {
 
+using detail::UtcNow;
 using nlohmann::json;
 
 std::string Checksum(const json& payload) {
@@ -28,15 +29,6 @@ std::string Checksum(const json& payload) {
   }
   char buf[32];
   std::snprintf(buf, sizeof buf, "fnv1a64:%016llx", h);
-  return buf;
-}
-
-std::string UtcNow() {
-  std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
   return buf;
 }
 
