@@ -307,13 +307,17 @@ TEST(Online, PreemptionNoticeWritesRecordAndRaisesFlagWithinTwoPolls) {
                           std::to_string(meta.port()) + "/latest/meta-data/spot/instance-action",
                       600, &log);
   });
-  // Wait until training runs and the watcher has polled (404 = no notice), then issue the notice.
+  // Wait until training runs, the watcher has polled (404 = no notice) and the tuner has published
+  // its first recommendation (so that it has the data to plan for the remaining fleet; on a loaded
+  // machine the watchers' first polls come well before that), then issue the notice.
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   std::string body;
   while (std::chrono::steady_clock::now() < until &&
          job.wait_for(std::chrono::milliseconds(100)) != std::future_status::ready) {
     if (meta.requests() >= 4 && HttpGet(port, "/metrics", &body) == 200 &&
-        body.find("cloudtune_preemption_notice 0") != std::string::npos)
+        body.find("cloudtune_preemption_notice 0") != std::string::npos &&
+        body.find("\ncloudtune_recommendations_total ") != std::string::npos &&
+        body.find("\ncloudtune_recommendations_total 0\n") == std::string::npos)
       break;
   }
   ASSERT_NE(job.wait_for(std::chrono::seconds(0)), std::future_status::ready) << "job too short";
