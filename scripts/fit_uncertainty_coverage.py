@@ -21,25 +21,12 @@ import subprocess
 import sys
 import tempfile
 
+from trace_keys import mean_by_key
+
 
 def load(folder):
-    acc = {}
-    for name in ("placements.csv", "scalability.csv"):
-        path = os.path.join(folder, name)
-        if not os.path.exists(path):
-            continue
-        with open(path, newline="") as f:
-            for r in csv.DictReader(f):
-                if r.get("placement"):
-                    p = r["placement"].strip()
-                    n, rep = len(p), sum(int(c) for c in p)
-                else:
-                    n, rep = int(float(r["num_nodes"])), int(float(r["num_replicas"]))
-                st, sy = float(r["step_time"]), float(r["sync_time"])
-                if st > 0 and sy >= 0 and st > sy:
-                    acc.setdefault((n, rep, int(float(r["local_bsz"]))), []).append((st, sy))
-    return {k: (statistics.fmean(v[0] for v in vs), statistics.fmean(v[1] for v in vs))
-            for k, vs in acc.items()}
+    return mean_by_key([os.path.join(folder, n) for n in ("placements.csv", "scalability.csv")
+                        if os.path.exists(os.path.join(folder, n))])
 
 
 def coverage(cli, data, train, test, tmp):

@@ -14,28 +14,16 @@ sqrt(2/pi) * sigma / sqrt(rows). It says how noisy the targets of those keys are
 bound for the single-row keys. Only the standard library is used.
 """
 import argparse
-import csv
 import math
 import os
 import statistics
 import sys
 
+from trace_keys import rows_by_key
 
-def rows_by_key(paths):
-    acc = {}
-    for path in paths:
-        with open(path, newline="") as f:
-            for r in csv.DictReader(f):
-                if r.get("placement"):
-                    p = r["placement"].strip()
-                    n, rep = len(p), sum(int(c) for c in p)
-                else:
-                    n, rep = int(float(r["num_nodes"])), int(float(r["num_replicas"]))
-                st, sy = float(r["step_time"]), float(r["sync_time"])
-                if not (st > 0 and sy >= 0 and st > sy):  # the rows fit_accuracy.py keeps
-                    continue
-                acc.setdefault((n, rep, int(float(r["local_bsz"]))), []).append(math.log(st))
-    return acc
+
+def log_steps_by_key(paths):
+    return {k: [math.log(st) for st, _ in v] for k, v in rows_by_key(paths).items()}
 
 
 def floor(acc):
@@ -72,7 +60,7 @@ def main():
         ap.error("no trace sets given")
     print("%-14s %5s %11s %14s %16s" % ("set", "keys", "keys_2+rows", "sigma_log", "err_multirow"))
     for label, files in sets:
-        acc = rows_by_key(files)
+        acc = log_steps_by_key(files)
         f = floor(acc)
         if f is None:
             print("%-14s %5d  no key has two rows" % (label, len(acc)))

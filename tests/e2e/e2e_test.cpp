@@ -26,6 +26,7 @@ const std::string kBin = CLOUDTUNE_BIN_DIR "/train_fashion_mnist";
 const std::string kArgs = " --steps 80 --epochs 1 --batch 32 --log-every 40 --test-limit 500";
 
 fs::path TempDir(const std::string& name) { return cloudtune::e2e::TempDir("cloudtune-e2e", name); }
+using cloudtune::e2e::CountLines;
 using cloudtune::e2e::Slurp;
 
 // Runs the example in `dir` with `env` (VAR=value ...; CLOUDTUNE* of the caller removed);
@@ -40,14 +41,6 @@ int RunExample(const fs::path& dir, const std::string& env, std::string* log) {
   const int rc = std::system(cmd.c_str());
   *log = Slurp(dir / "out.log");
   return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-}
-
-int CountLines(const std::string& text, const std::string& needle) {
-  std::istringstream in(text);
-  std::string line;
-  int n = 0;
-  while (std::getline(in, line)) n += line.find(needle) != std::string::npos;
-  return n;
 }
 
 // Every complete (newline-terminated) line must parse; returns them.

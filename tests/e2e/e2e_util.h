@@ -27,4 +27,13 @@ inline std::string Slurp(const std::filesystem::path& p) {
   return s.str();
 }
 
+// Lines of `text` that contain `needle` (log lines the plugin printed, for example).
+inline int CountLines(const std::string& text, const std::string& needle) {
+  std::istringstream in(text);
+  std::string line;
+  int n = 0;
+  while (std::getline(in, line)) n += line.find(needle) != std::string::npos;
+  return n;
+}
+
 }  // namespace cloudtune::e2e

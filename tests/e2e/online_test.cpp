@@ -39,6 +39,7 @@ const std::string kEnv =
 fs::path TempDir(const std::string& name) {
   return cloudtune::e2e::TempDir("cloudtune-online", name);
 }
+using cloudtune::e2e::CountLines;
 using cloudtune::e2e::Slurp;
 
 int FreePort() {
@@ -79,14 +80,6 @@ std::vector<json> Records(const fs::path& path, const std::string& kind) {
     if (j["kind"] == kind) out.push_back(std::move(j));
   }
   return out;
-}
-
-int CountLines(const std::string& text, const std::string& needle) {
-  std::istringstream in(text);
-  std::string line;
-  int n = 0;
-  while (std::getline(in, line)) n += line.find(needle) != std::string::npos;
-  return n;
 }
 
 // GET http://127.0.0.1:port/target; returns the status (0 = no answer), body in *body.
