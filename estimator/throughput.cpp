@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cmath>
 #include <deque>
+#include <limits>
 #include <memory>
 #include <tuple>
 
@@ -19,9 +20,12 @@ namespace detail {
 namespace {
 
 constexpr int kC = kNumThroughputParams;  // core parameters
-constexpr int kMaxGroup = 8;              // rows per residual block
-constexpr double kLogMin = -20.7;         // log(1e-9 s)
-constexpr double kLogMax = 9.2;           // log(1e4 s)
+// A residual block holds the rows of one placement at up to kMaxSlots batch sizes (each has its
+// own parameter block, so more would mostly add zeros to the Jacobian), at most kMaxGroup rows.
+constexpr int kMaxSlots = 8;
+constexpr int kMaxGroup = 32;
+constexpr double kLogMin = -20.7;  // log(1e-9 s)
+constexpr double kLogMax = 9.2;    // log(1e4 s)
 constexpr double kKappaMin = 0.3, kKappaMax = 3.0;
 constexpr double kGammaMin = 1.0, kGammaMax = 10.0;
 constexpr double kOmegaMin = 0.05;
@@ -157,7 +161,7 @@ inline double Robust(double r, double k, double* slope) {
 // R >= 2); the placement's block (compute effect[, placement effect]); then one block per distinct
 // batch size of the group (batch effect, sync_batch effect). Every group touches exactly one
 // placement block (the structure Ceres' Schur solvers eliminate), and the Jacobian has at most
-// kC + 3 + 2 * (rows of the group) entries per row: groups are capped at kMaxGroup rows.
+// kC + 3 + 2 * kMaxSlots entries per row.
 // Analytic derivatives (Times() is the reference; tests check the fit against known truth).
 class GroupCost final : public ceres::CostFunction {
  public:
@@ -179,6 +183,8 @@ class GroupCost final : public ceres::CostFunction {
   }
   const Row* rows() const { return rows_; }
   int count() const { return count_; }
+  // When set, Evaluate also writes each row's fitted log(step time) there (fit statistics).
+  void set_log_step_out(double* out) { log_step_out_ = out; }
   int slots() const { return slots_; }
   bool has_node() const { return has_node_; }
 
@@ -215,33 +221,40 @@ class GroupCost final : public ceres::CostFunction {
         if (jacobians[k]) std::fill(jacobians[k], jacobians[k] + 2 * count_, 0.0);
     const double gamma = th[kGamma], omega = th[kOmega];
     const double comp_g = comp0 + th[kZetaC] * g1, exp_comp_g = std::exp(comp_g);
+    // Per configuration (rows of one batch size differ only in their accumulation steps, and are
+    // adjacent): compute time, all-reduce time, overlapped time T and its log-derivatives.
+    double tc = 0, tn = 0, t = 0, dlogt_dlogtc = 1, dlogt_dlogtn = 0, dlogt_dgamma = 0,
+           dlogt_domega = 0;
     for (int i = 0; i < count_; ++i) {
       const Row& r = rows_[i];
-      const double* bs = p[q_slot + r.slot];  // (batch effect, sync_batch effect)
-      const double* eb = cache_->BatchExp(r.batch, bs);
-      const double log_tc = c.log_tc0[r.batch] + comp_g + bs[0];
-      const double tc = c.tc0[r.batch] * exp_comp_g * eb[0];
-      double tn = 0, t = tc, dlogt_dlogtc = 1, dlogt_dlogtn = 0, dlogt_dgamma = 0, dlogt_domega = 0;
-      if (r.replicas >= 2) {
-        tn = tn0 * eb[1];
-        // T = tc + tn - m, m = softmin(a, tn), a = omega tc:
-        // log m = log a - softplus(u) / gamma, u = gamma * log(a / tn).
-        const double la = c.log_omega + log_tc;
-        const double lr = la - log_tn0 - bs[1];  // log(a / tn)
-        const double u = gamma * lr;
-        const double eu = std::exp(-std::abs(u));
-        const double sp = std::max(u, 0.0) + std::log1p(eu);
-        const double sig = u > 0 ? 1.0 / (1.0 + eu) : eu / (1.0 + eu);
-        const double mm = std::exp(la - sp / gamma);
-        t = tc + tn - mm;
-        dlogt_dlogtc = (tc - mm * (1.0 - sig)) / t;
-        dlogt_dlogtn = (tn - mm * sig) / t;
-        dlogt_dgamma = -mm * (sp / (gamma * gamma) - sig * lr / gamma) / t;
-        dlogt_domega = -mm * (1.0 - sig) / (omega * t);
+      if (i == 0 || r.batch != rows_[i - 1].batch) {
+        const double* bs = p[q_slot + r.slot];  // (batch effect, sync_batch effect)
+        const double* eb = cache_->BatchExp(r.batch, bs);
+        const double log_tc = c.log_tc0[r.batch] + comp_g + bs[0];
+        tc = c.tc0[r.batch] * exp_comp_g * eb[0];
+        tn = 0, t = tc, dlogt_dlogtc = 1, dlogt_dlogtn = 0, dlogt_dgamma = 0, dlogt_domega = 0;
+        if (r.replicas >= 2) {
+          tn = tn0 * eb[1];
+          // T = tc + tn - m, m = softmin(a, tn), a = omega tc:
+          // log m = log a - softplus(u) / gamma, u = gamma * log(a / tn).
+          const double la = c.log_omega + log_tc;
+          const double lr = la - log_tn0 - bs[1];  // log(a / tn)
+          const double u = gamma * lr;
+          const double eu = std::exp(-std::abs(u));
+          const double sp = std::max(u, 0.0) + std::log1p(eu);
+          const double sig = u > 0 ? 1.0 / (1.0 + eu) : eu / (1.0 + eu);
+          const double mm = std::exp(la - sp / gamma);
+          t = tc + tn - mm;
+          dlogt_dlogtc = (tc - mm * (1.0 - sig)) / t;
+          dlogt_dlogtn = (tn - mm * sig) / t;
+          dlogt_dgamma = -mm * (sp / (gamma * gamma) - sig * lr / gamma) / t;
+          dlogt_domega = -mm * (1.0 - sig) / (omega * t);
+        }
       }
       // step = accum * tc + T;  w = T / step (1 without accumulation).
       const double step = r.accum * tc + t, log_step = std::log(step);
       const double w = t / step;
+      if (log_step_out_) log_step_out_[i] = log_step;
       double slope;
       residuals[i] = Robust((log_step - r.log_step) * inv_sigma_, huber_k_, &slope);
       if (!std::isfinite(residuals[i])) return false;
@@ -282,6 +295,7 @@ class GroupCost final : public ceres::CostFunction {
   bool has_node_;
   double inv_sigma_, huber_k_;
   CoreCache* cache_;
+  double* log_step_out_ = nullptr;
 };
 
 // Mean log(compute time per micro-step) of the configurations at one batch size, weighted by
@@ -392,6 +406,65 @@ class CostChangeStop final : public ceres::IterationCallback {
   double tolerance_;
   bool after_rejection_ = false;
 };
+
+// The all-reduce time T_n of a configuration whose exposed sync time is s and compute time tc, at
+// the starting overlap (gamma = 2, omega): s = T_n - softmin(omega tc, T_n), with softmin(a, x) =
+// a x / sqrt(a^2 + x^2) at gamma = 2. In u = T_n / a this is h(u) = u - u / sqrt(1 + u^2) = s / a:
+// h is increasing and convex, u^3 / 2 >= h(u) >= u - 1, so Newton's method from the upper bound
+// s / a + 1 descends monotonically onto the root (kept above the lower bound cbrt(2 s / a)).
+double InvertOverlap(double s, double tc, double omega) {
+  const double a = omega * tc, sig = s / a, lo = std::cbrt(2.0 * sig);
+  double u = sig + 1.0;
+  for (int i = 0; i < 8; ++i) {
+    const double q = 1.0 + u * u, r = std::sqrt(q);
+    const double h = u - u / r - sig, dh = 1.0 - 1.0 / (q * r);
+    if (!(dh > 0) || h <= 1e-6 * sig) break;
+    u = std::max(lo, u - h / dh);
+  }
+  return a * u;
+}
+
+// Least squares of t ~ c0 + c1 x1 + c2 x2 in relative terms (weights 1 / t^2) with positive
+// coefficients: the best of the subsets of terms that contain c0 and whose solution is positive.
+// Dropped terms come back as 0; false when no subset gives a positive c0.
+struct LinearSample {
+  double x1, x2, t;
+};
+bool FitPositiveLinear(const std::vector<LinearSample>& v, int terms, double c[3]) {
+  double best = std::numeric_limits<double>::infinity();
+  for (int mask = 0; mask < (1 << (terms - 1)); ++mask) {  // bit k: term k + 1 used
+    int idx[3] = {0}, n = 1;
+    for (int k = 0; k < terms - 1; ++k)
+      if (mask >> k & 1) idx[n++] = k + 1;
+    if (static_cast<int>(v.size()) < n) continue;
+    Eigen::Matrix3d ata = Eigen::Matrix3d::Zero();
+    Eigen::Vector3d atb = Eigen::Vector3d::Zero();
+    for (const auto& s : v) {
+      const double f[3] = {1.0 / s.t, s.x1 / s.t, s.x2 / s.t};
+      for (int i = 0; i < n; ++i) {
+        atb(i) += f[idx[i]];
+        for (int j = 0; j < n; ++j) ata(i, j) += f[idx[i]] * f[idx[j]];
+      }
+    }
+    const auto ldlt = ata.topLeftCorner(n, n).ldlt();
+    if (ldlt.info() != Eigen::Success || !(ldlt.rcond() > 1e-12)) continue;
+    const Eigen::VectorXd x = ldlt.solve(atb.head(n));
+    if ((x.array() <= 0).any()) continue;
+    double sse = 0;
+    for (const auto& s : v) {
+      const double f[3] = {1.0, s.x1, s.x2};
+      double pred = 0;
+      for (int i = 0; i < n; ++i) pred += x(i) * f[idx[i]];
+      sse += (pred / s.t - 1.0) * (pred / s.t - 1.0);
+    }
+    if (sse < best) {
+      best = sse;
+      c[0] = c[1] = c[2] = 0;
+      for (int i = 0; i < n; ++i) c[idx[i]] = x(i);
+    }
+  }
+  return best < std::numeric_limits<double>::infinity();
+}
 
 double Median(std::vector<double> v) {
   if (v.empty()) return 0;
@@ -903,6 +976,7 @@ ThroughputModel FitThroughput(const std::vector<Measurement>& data,
   std::vector<Row> rows;
   rows.reserve(data.size());
   std::vector<double> tc_all, sync_node, sync_net, bs;
+  std::vector<LinearSample> local_start, net_start;  // (features, all-reduce time) for the start
   tc_all.reserve(data.size());
   bs.reserve(data.size());
   // Per batch size: sum of log(compute per micro-step), count and sum of (GPUs per machine - 1).
@@ -927,7 +1001,16 @@ ThroughputModel FitThroughput(const std::vector<Measurement>& data,
     comp_g1[r.batch] += double(r.replicas) / r.nodes - 1.0;
     tc_all.push_back(tc);
     bs.push_back(r.b);
-    if (r.replicas >= 2) (r.nodes == 1 ? sync_node : sync_net).push_back(d.sync_time);
+    if (r.replicas >= 2) {
+      (r.nodes == 1 ? sync_node : sync_net).push_back(d.sync_time);
+      if (r.nodes == 1)
+        local_start.push_back(
+            {double(r.replicas - 2), 0.0, InvertOverlap(d.sync_time, tc, kOmegaPrior)});
+      else
+        net_start.push_back({RGrowth(r.replicas),
+                             (double(r.replicas) / r.nodes - 1.0) / (r.nodes - 1),
+                             InvertOverlap(d.sync_time, tc, kOmegaPrior)});
+    }
   }
   if (tc_all.empty())  // no compute measurement at all: use the step times
     for (const auto& d : data) {
@@ -992,6 +1075,16 @@ ThroughputModel FitThroughput(const std::vector<Measurement>& data,
   th[kAlphaN] = std::log(alpha_n0);
   th[kBetaN] = std::log(kBetaNRatio * alpha_n0);
   th[kDeltaN] = std::log(kDeltaNRatio * alpha_n0);
+  double c[3];
+  if (FitPositiveLinear(net_start, 3, c)) {
+    th[kAlphaN] = std::log(c[0]);
+    th[kBetaN] = std::log(c[1] > 0 ? c[1] : kBetaNRatio * c[0]);
+    th[kDeltaN] = std::log(c[2] > 0 ? c[2] : kDeltaNRatio * c[0]);
+  }
+  if (FitPositiveLinear(local_start, 2, c)) {
+    th[kAlphaL] = std::log(c[0]);
+    th[kBetaL] = std::log(c[1] > 0 ? c[1] : kBetaLRatio * c[0]);
+  }
   th[kGamma] = 2.0;
   th[kZetaC] = 0.0;
   th[kOmega] = kOmegaPrior;
@@ -1008,7 +1101,8 @@ ThroughputModel FitThroughput(const std::vector<Measurement>& data,
   }
   for (auto* v : {&cache.bk, &cache.tc0, &cache.log_tc0}) v->assign(n_batch, 0.0);
   cache.batch_exp.assign(n_batch, {std::nan(""), std::nan(""), 0.0, 0.0});
-  // Rows of one placement, by batch size, in groups of at most kMaxGroup: one residual block each.
+  // Rows of one placement, by batch size, in groups (kMaxSlots, kMaxGroup): one residual block
+  // each.
   std::stable_sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) {
     return std::tie(a.nodes, a.replicas, a.batch) < std::tie(b.nodes, b.replicas, b.batch);
   });
@@ -1019,9 +1113,10 @@ ThroughputModel FitThroughput(const std::vector<Measurement>& data,
   std::vector<Group> groups;
   for (size_t i = 0; i < rows.size();) {
     size_t e = i + 1;
-    while (e < rows.size() && e - i < size_t(kMaxGroup) && rows[e].nodes == rows[i].nodes &&
-           rows[e].replicas == rows[i].replicas)
-      ++e;
+    for (int slots = 1; e < rows.size() && e - i < size_t(kMaxGroup) &&
+                        rows[e].nodes == rows[i].nodes && rows[e].replicas == rows[i].replicas;
+         ++e)
+      if (rows[e].batch != rows[e - 1].batch && ++slots > kMaxSlots) break;
     Group g{static_cast<int>(i), static_cast<int>(e - i), {0}};
     const Row& r = rows[i];
     if (r.nodes >= 2 && r.replicas >= 2) g.blocks.push_back(m.NodeIndex(r.nodes));
@@ -1127,15 +1222,21 @@ ThroughputModel FitThroughput(const std::vector<Measurement>& data,
 
   // Fit statistics on the step times.
   double ss = 0, sape = 0, ape_max = 0, cost_d = 0;
-  for (const Row& r : rows) {
-    const int bsz = m.batch_sizes_[r.batch];
-    double net = r.replicas >= 2 ? th[m.SyncBatchIndex(bsz)] : 0.0;
-    if (r.nodes >= 2 && r.replicas >= 2)
-      net += th[m.NodeIndex(r.nodes)] + th[m.PlaceIndex(r.nodes, r.replicas)];
-    const double comp = th[m.BatchIndex(bsz)] + th[m.ComputeIndex(r.nodes, r.replicas)];
-    double tc, step;
-    Times(th, net, comp, r.nodes, r.replicas, r.b, std::log(r.b / b_ref), r.accum, &tc, &step);
-    const double lr = std::log(step) - r.log_step;
+  std::vector<double> log_step_fit(rows.size());
+  {
+    std::vector<double> res(kMaxGroup);
+    std::vector<const double*> params;
+    for (size_t gi = 0; gi < groups.size(); ++gi) {
+      params.clear();
+      for (int b : groups[gi].blocks) params.push_back(th + b);
+      GroupCost& f = group_costs[gi];
+      f.set_log_step_out(&log_step_fit[groups[gi].begin]);
+      f.Evaluate(params.data(), res.data(), nullptr);
+      f.set_log_step_out(nullptr);
+    }
+  }
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const double lr = log_step_fit[i] - rows[i].log_step;
     ss += lr * lr;
     const double ape = std::abs(std::exp(lr) - 1.0);
     sape += ape;
