@@ -13,6 +13,7 @@
 #include <tuple>
 
 #include "estimator/detail/selected_inverse.h"
+#include "estimator/detail/start.h"
 #include "estimator/error.h"
 
 namespace cloudtune::estimator {
@@ -22,7 +23,7 @@ namespace {
 constexpr int kC = kNumThroughputParams;  // core parameters
 // A residual block holds the rows of one placement at up to kMaxSlots batch sizes (each has its
 // own parameter block, so more would mostly add zeros to the Jacobian), at most kMaxGroup rows.
-constexpr int kMaxSlots = 8;
+constexpr int kMaxSlots = 4;
 constexpr int kMaxGroup = 32;
 constexpr double kLogMin = -20.7;  // log(1e-9 s)
 constexpr double kLogMax = 9.2;    // log(1e4 s)
@@ -406,65 +407,6 @@ class CostChangeStop final : public ceres::IterationCallback {
   double tolerance_;
   bool after_rejection_ = false;
 };
-
-// The all-reduce time T_n of a configuration whose exposed sync time is s and compute time tc, at
-// the starting overlap (gamma = 2, omega): s = T_n - softmin(omega tc, T_n), with softmin(a, x) =
-// a x / sqrt(a^2 + x^2) at gamma = 2. In u = T_n / a this is h(u) = u - u / sqrt(1 + u^2) = s / a:
-// h is increasing and convex, u^3 / 2 >= h(u) >= u - 1, so Newton's method from the upper bound
-// s / a + 1 descends monotonically onto the root (kept above the lower bound cbrt(2 s / a)).
-double InvertOverlap(double s, double tc, double omega) {
-  const double a = omega * tc, sig = s / a, lo = std::cbrt(2.0 * sig);
-  double u = sig + 1.0;
-  for (int i = 0; i < 8; ++i) {
-    const double q = 1.0 + u * u, r = std::sqrt(q);
-    const double h = u - u / r - sig, dh = 1.0 - 1.0 / (q * r);
-    if (!(dh > 0) || h <= 1e-6 * sig) break;
-    u = std::max(lo, u - h / dh);
-  }
-  return a * u;
-}
-
-// Least squares of t ~ c0 + c1 x1 + c2 x2 in relative terms (weights 1 / t^2) with positive
-// coefficients: the best of the subsets of terms that contain c0 and whose solution is positive.
-// Dropped terms come back as 0; false when no subset gives a positive c0.
-struct LinearSample {
-  double x1, x2, t;
-};
-bool FitPositiveLinear(const std::vector<LinearSample>& v, int terms, double c[3]) {
-  double best = std::numeric_limits<double>::infinity();
-  for (int mask = 0; mask < (1 << (terms - 1)); ++mask) {  // bit k: term k + 1 used
-    int idx[3] = {0}, n = 1;
-    for (int k = 0; k < terms - 1; ++k)
-      if (mask >> k & 1) idx[n++] = k + 1;
-    if (static_cast<int>(v.size()) < n) continue;
-    Eigen::Matrix3d ata = Eigen::Matrix3d::Zero();
-    Eigen::Vector3d atb = Eigen::Vector3d::Zero();
-    for (const auto& s : v) {
-      const double f[3] = {1.0 / s.t, s.x1 / s.t, s.x2 / s.t};
-      for (int i = 0; i < n; ++i) {
-        atb(i) += f[idx[i]];
-        for (int j = 0; j < n; ++j) ata(i, j) += f[idx[i]] * f[idx[j]];
-      }
-    }
-    const auto ldlt = ata.topLeftCorner(n, n).ldlt();
-    if (ldlt.info() != Eigen::Success || !(ldlt.rcond() > 1e-12)) continue;
-    const Eigen::VectorXd x = ldlt.solve(atb.head(n));
-    if ((x.array() <= 0).any()) continue;
-    double sse = 0;
-    for (const auto& s : v) {
-      const double f[3] = {1.0, s.x1, s.x2};
-      double pred = 0;
-      for (int i = 0; i < n; ++i) pred += x(i) * f[idx[i]];
-      sse += (pred / s.t - 1.0) * (pred / s.t - 1.0);
-    }
-    if (sse < best) {
-      best = sse;
-      c[0] = c[1] = c[2] = 0;
-      for (int i = 0; i < n; ++i) c[idx[i]] = x(i);
-    }
-  }
-  return best < std::numeric_limits<double>::infinity();
-}
 
 double Median(std::vector<double> v) {
   if (v.empty()) return 0;
