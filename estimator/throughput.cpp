@@ -1017,6 +1017,9 @@ ThroughputModel FitThroughput(const std::vector<Measurement>& data,
   th[kAlphaN] = std::log(alpha_n0);
   th[kBetaN] = std::log(kBetaNRatio * alpha_n0);
   th[kDeltaN] = std::log(kDeltaNRatio * alpha_n0);
+  // The all-reduce parameters start where the configurations' all-reduce times (their exposed
+  // sync inverted through the starting overlap) put the smooth forms; the medians above, which
+  // overlap hides, only where those have no positive fit. The prior centres stay on the medians.
   double c[3];
   if (FitPositiveLinear(net_start, 3, c)) {
     th[kAlphaN] = std::log(c[0]);

@@ -100,7 +100,7 @@ struct ThroughputFitOptions {
   // Posterior variance / prior variance given the other parameters, below which a parameter counts
   // as identified by the data. Must be in (0, 1).
   double identified_ratio = 0.25;
-  // Levenberg-Marquardt iteration cap and relative cost tolerance (stop when an iteration lowers
+  // Dogleg trust-region iteration cap and relative cost tolerance (stop when an iteration lowers
   // the cost by less than this fraction; the cost is ~ configurations / 2, so 1e-6 is far below
   // one unit of chi-square). max_iterations >= 1, function_tolerance > 0.
   int max_iterations = 200;
