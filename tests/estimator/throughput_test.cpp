@@ -170,6 +170,30 @@ TEST(ThroughputFit, AccumulationAddsComputeSteps) {
   EXPECT_NEAR(p3.throughput, 4.0 * 8 * 64 / p3.step_time, 1e-9);
 }
 
+TEST(ThroughputFit, RowsOfOneConfigurationWithSeveralAccumulationSteps) {
+  // Each configuration measured with 0, 1 and 3 accumulation steps: the rows share the
+  // configuration's compute and all-reduce terms in the fit (and their derivatives), and differ in
+  // the accumulation's compute steps only.
+  const Truth t;
+  std::vector<ConfigKey> keys;
+  for (const auto& k : Grid())
+    for (int accum : {0, 1, 3})
+      keys.push_back(Key(k.num_nodes, k.num_replicas, k.local_bsz, accum));
+  const auto data = MeasureAll(t, keys, 17, 0.02);
+  const auto m = FitThroughput(data);
+  EXPECT_EQ(m.stats().configurations, static_cast<int>(data.size()));
+  EXPECT_EQ(m.stats().termination, "CONVERGENCE");
+  EXPECT_LE(m.stats().iterations, 15);
+  EXPECT_LT(m.stats().mape_step, 0.03);
+  EXPECT_NEAR(m.param(kAlphaC), t.alpha_c, 0.25 * t.alpha_c);
+  EXPECT_NEAR(m.param(kBetaC), t.beta_c_per_sample, 0.1 * t.beta_c_per_sample);
+  EXPECT_NEAR(m.param(kAlphaN), t.alpha_n, 0.3 * t.alpha_n);
+  for (const auto& k : {Key(6, 12, 48, 2), Key(2, 6, 100, 1), Key(1, 3, 90, 4), Key(3, 9, 64)}) {
+    EXPECT_NEAR(m.Predict(k).step_time / t.Step(k), 1.0, 0.05)
+        << k.num_nodes << "," << k.num_replicas << "," << k.local_bsz << "," << k.accum_steps;
+  }
+}
+
 TEST(ThroughputFit, IsDeterministic) {
   const auto data = MeasureAll(Truth{}, Grid(), 11, 0.05);
   auto a = FitThroughput(data).ToJson();
