@@ -30,7 +30,8 @@ inline double InvertOverlap(double s, double tc, double omega) {
 
 // Least squares of t ~ c0 + c1 x1 + c2 x2 in relative terms (residual pred / t - 1) with positive
 // coefficients: the best of the subsets of terms that contain c0 and whose solution is positive.
-// Dropped terms come back as 0; false when no subset gives a positive c0.
+// Dropped terms come back as 0; false when no subset gives a positive c0. Samples without a
+// positive, finite t are skipped.
 struct LinearSample {
   double x1, x2, t;
 };
@@ -39,7 +40,10 @@ inline bool FitPositiveLinear(const std::vector<LinearSample>& v, int terms, dou
   // sum of squares is x' A x - 2 x' g + n.
   Eigen::Matrix3d ata = Eigen::Matrix3d::Zero();
   Eigen::Vector3d atg = Eigen::Vector3d::Zero();
+  int used = 0;
   for (const auto& s : v) {
+    if (!(s.t > 0) || !std::isfinite(s.t)) continue;  // no all-reduce time to fit
+    ++used;
     const Eigen::Vector3d f(1.0 / s.t, s.x1 / s.t, s.x2 / s.t);
     ata.noalias() += f * f.transpose();
     atg += f;
@@ -49,7 +53,7 @@ inline bool FitPositiveLinear(const std::vector<LinearSample>& v, int terms, dou
     int idx[3] = {0}, n = 1;
     for (int k = 0; k < terms - 1; ++k)
       if (mask >> k & 1) idx[n++] = k + 1;
-    if (static_cast<int>(v.size()) < n) continue;
+    if (used < n) continue;
     Eigen::MatrixXd a(n, n);
     Eigen::VectorXd g(n);
     for (int i = 0; i < n; ++i) {
@@ -60,7 +64,7 @@ inline bool FitPositiveLinear(const std::vector<LinearSample>& v, int terms, dou
     if (ldlt.info() != Eigen::Success || !(ldlt.rcond() > 1e-12)) continue;
     const Eigen::VectorXd x = ldlt.solve(g);
     if ((x.array() <= 0).any()) continue;
-    const double sse = x.dot(a * x) - 2.0 * x.dot(g) + double(v.size());
+    const double sse = x.dot(a * x) - 2.0 * x.dot(g) + double(used);
     if (sse < best) {
       best = sse;
       c[0] = c[1] = c[2] = 0;

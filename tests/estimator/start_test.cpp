@@ -48,10 +48,12 @@ TEST(OverlapStart, FitsTheSmoothFormAndDropsTermsTheDataDoNotSupport) {
   EXPECT_EQ(c[1], 0.0);
   EXPECT_GT(c[0], 0.0);
 
-  // Nothing to fit: no samples, or no positive intercept.
+  // Nothing to fit: no samples, or none with a positive, finite time.
   EXPECT_FALSE(FitPositiveLinear({}, 3, c));
-  std::vector<LinearSample> bad{{0.0, 0.0, 1.0}, {1.0, 0.0, 2.0}, {2.0, 0.0, 3.0}};
-  EXPECT_TRUE(FitPositiveLinear(bad, 2, c));  // t = 1 + x1: positive
+  EXPECT_FALSE(FitPositiveLinear({{0.0, 0.0, 0.0}, {1.0, 0.0, std::nan("")}}, 2, c));
+  std::vector<LinearSample> exact{
+      {0.0, 0.0, 1.0}, {1.0, 0.0, 2.0}, {2.0, 0.0, 3.0}, {3.0, 0.0, 0.0}};
+  EXPECT_TRUE(FitPositiveLinear(exact, 2, c));  // t = 1 + x1 (the t = 0 sample skipped)
   EXPECT_NEAR(c[0], 1.0, 1e-9);
   EXPECT_NEAR(c[1], 1.0, 1e-9);
 }
