@@ -8,7 +8,6 @@
 #include <chrono>
 #include <cmath>
 #include <deque>
-#include <limits>
 #include <memory>
 #include <tuple>
 
