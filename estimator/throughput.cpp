@@ -509,25 +509,25 @@ int ThroughputModel::PlaceIndex(int num_nodes, int num_replicas) const {
   return k < 0 ? -1 : k + 1;
 }
 
+namespace {
+// theta[i], or 0 for a value the fit did not see (index -1).
+double EffectOrZero(const std::vector<double>& theta, int i) { return i < 0 ? 0 : theta[i]; }
+}  // namespace
+
 double ThroughputModel::node_effect(int num_nodes) const {
-  const int i = NodeIndex(num_nodes);
-  return i < 0 ? 0 : theta_[i];
+  return EffectOrZero(theta_, NodeIndex(num_nodes));
 }
 double ThroughputModel::placement_effect(int num_nodes, int num_replicas) const {
-  const int i = PlaceIndex(num_nodes, num_replicas);
-  return i < 0 ? 0 : theta_[i];
+  return EffectOrZero(theta_, PlaceIndex(num_nodes, num_replicas));
 }
 double ThroughputModel::batch_effect(int local_bsz) const {
-  const int i = BatchIndex(local_bsz);
-  return i < 0 ? 0 : theta_[i];
+  return EffectOrZero(theta_, BatchIndex(local_bsz));
 }
 double ThroughputModel::compute_effect(int num_nodes, int num_replicas) const {
-  const int i = ComputeIndex(num_nodes, num_replicas);
-  return i < 0 ? 0 : theta_[i];
+  return EffectOrZero(theta_, ComputeIndex(num_nodes, num_replicas));
 }
 double ThroughputModel::sync_batch_effect(int local_bsz) const {
-  const int i = SyncBatchIndex(local_bsz);
-  return i < 0 ? 0 : theta_[i];
+  return EffectOrZero(theta_, SyncBatchIndex(local_bsz));
 }
 
 StepPrediction ThroughputModel::Predict(const ConfigKey& key, int gpus_per_node) const {
@@ -943,14 +943,15 @@ ThroughputModel FitThroughput(const std::vector<Measurement>& data,
     tc_all.push_back(tc);
     bs.push_back(r.b);
     if (r.replicas >= 2) {
-      (r.nodes == 1 ? sync_node : sync_net).push_back(d.sync_time);
-      if (r.nodes == 1)
-        local_start.push_back(
-            {double(r.replicas - 2), 0.0, InvertOverlap(d.sync_time, tc, kOmegaPrior)});
-      else
-        net_start.push_back({RGrowth(r.replicas),
-                             (double(r.replicas) / r.nodes - 1.0) / (r.nodes - 1),
-                             InvertOverlap(d.sync_time, tc, kOmegaPrior)});
+      const double tn = InvertOverlap(d.sync_time, tc, kOmegaPrior);
+      if (r.nodes == 1) {
+        sync_node.push_back(d.sync_time);
+        local_start.push_back({double(r.replicas - 2), 0.0, tn});
+      } else {
+        sync_net.push_back(d.sync_time);
+        net_start.push_back(
+            {RGrowth(r.replicas), (double(r.replicas) / r.nodes - 1.0) / (r.nodes - 1), tn});
+      }
     }
   }
   if (tc_all.empty())  // no compute measurement at all: use the step times
@@ -1166,7 +1167,7 @@ ThroughputModel FitThroughput(const std::vector<Measurement>& data,
 
   // Fit statistics on the step times.
   double ss = 0, sape = 0, ape_max = 0, cost_d = 0;
-  std::vector<double> log_step_fit(rows.size());
+  std::vector<double> log_step_fit(rows.size(), std::nan(""));
   {
     std::vector<double> res(kMaxGroup);
     std::vector<const double*> params;

@@ -223,6 +223,17 @@ PreemptionOptions AwsOptions(const FakeMetadataServer& server, double poll_secon
   return o;
 }
 
+// A watcher polling a FakeImdsV2 every `poll_seconds` (set up the fake and the server, then
+// Start()); members in construction order.
+struct ImdsV2Watch {
+  explicit ImdsV2Watch(double poll_seconds)
+      : server(imds.Handler()), w(AwsOptions(server, poll_seconds), c.OnNotice(), c.Log()) {}
+  FakeImdsV2 imds;
+  FakeMetadataServer server;
+  Collected c;
+  PreemptionWatcher w;
+};
+
 size_t CountContaining(const std::vector<std::string>& lines, const std::string& what) {
   size_t n = 0;
   for (const auto& l : lines) n += l.find(what) != std::string::npos;
@@ -450,10 +461,8 @@ TEST(Preemption, AwsImdsV2TokenIsFetchedAndSent) {
 }
 
 TEST(Preemption, AwsImdsV2TokenIsReusedAcrossPolls) {
-  FakeImdsV2 imds;
-  FakeMetadataServer server(imds.Handler());
-  Collected c;
-  PreemptionWatcher w(AwsOptions(server, 0.03), c.OnNotice(), c.Log());
+  ImdsV2Watch x(0.03);
+  auto& [imds, server, c, w] = x;
   std::string err;
   ASSERT_TRUE(w.Start(&err)) << err;
   ASSERT_TRUE(WaitFor([&] { return imds.Read([&] { return imds.gets; }) >= 8; }, 5));
@@ -511,10 +520,8 @@ TEST(Preemption, AwsFallsBackToImdsV1WhenTheTokenPutFails) {
 }
 
 TEST(Preemption, AwsRevokedTokenIsRefetchedOnceOn401) {
-  FakeImdsV2 imds;
-  FakeMetadataServer server(imds.Handler());
-  Collected c;
-  PreemptionWatcher w(AwsOptions(server, 0.03), c.OnNotice(), c.Log());
+  ImdsV2Watch x(0.03);
+  auto& [imds, server, c, w] = x;
   std::string err;
   ASSERT_TRUE(w.Start(&err)) << err;
   ASSERT_TRUE(WaitFor([&] { return imds.Read([&] { return imds.gets; }) >= 3; }, 5));
@@ -538,12 +545,10 @@ TEST(Preemption, AwsRevokedTokenIsRefetchedOnceOn401) {
 TEST(Preemption, AwsTokenIsRefreshedBeforeItsGrantedTtlEnds) {
   // Asked for 21600 s, granted 1 s (said in the answer header); the fake answers 401 to tokens
   // older than 1 s, so any GET with an expired token would show up as a 401.
-  FakeImdsV2 imds;
-  imds.lifetime_seconds = 1.0;
-  FakeMetadataServer server(imds.Handler());
+  ImdsV2Watch x(0.05);
+  auto& [imds, server, c, w] = x;
+  imds.Read([&] { return imds.lifetime_seconds = 1.0; });  // the server thread reads it
   server.SetExtraHeaders("X-aws-ec2-metadata-token-ttl-seconds: 1\r\n");
-  Collected c;
-  PreemptionWatcher w(AwsOptions(server, 0.05), c.OnNotice(), c.Log());
   std::string err;
   ASSERT_TRUE(w.Start(&err)) << err;
   std::this_thread::sleep_for(std::chrono::milliseconds(2300));
