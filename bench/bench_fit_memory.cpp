@@ -108,7 +108,7 @@ void* memalign(size_t alignment, size_t size) noexcept {
 namespace {
 
 using cloudtune::estimator::kNumThroughputParams;
-using cloudtune::estimator::Measurement;
+using cloudtune::core::Measurement;
 
 struct Row {
   std::string name;

@@ -52,7 +52,7 @@ void Replica(int rank, const Args& a, c10d::ProcessGroup* pg, const std::string&
   torch::optim::SGD opt(net->parameters(), torch::optim::SGDOptions(0.01).momentum(0.9));
   torch::Tensor accum;
   std::filesystem::create_directories(dir);
-  cloudtune::service::Options on_opt;
+  cloudtune::runtime::Options on_opt;
   on_opt.enabled = true;
   on_opt.sidecar = dir + "/bench.sidecar.jsonl";
   on_opt.profile = dir + "/bench.profile.csv";
@@ -65,7 +65,7 @@ void Replica(int rank, const Args& a, c10d::ProcessGroup* pg, const std::string&
   on_opt.refit_seconds = a.refit_seconds;
   on_opt.http = "127.0.0.1:0";
   on_opt.straggler_every = 50;
-  cloudtune::plugin::Plugin on(on_opt), off(cloudtune::service::Options{});
+  cloudtune::plugin::Plugin on(on_opt), off(cloudtune::runtime::Options{});
   on.Start({rank, a.world, 0, a.batch, 1});
   off.Start({rank, a.world, 0, a.batch, 1});
   // Synthetic Fashion-MNIST-shaped data: step time does not depend on the pixel values.
@@ -184,7 +184,7 @@ void HookCost(int64_t numel, int world) {
                            ("hooks" + std::to_string(world)))
                               .string();
   std::filesystem::create_directories(dir);
-  cloudtune::service::Options o;
+  cloudtune::runtime::Options o;
   o.enabled = true;
   o.sidecar = dir + "/s.jsonl";
   o.profile = dir + "/p.csv";

@@ -2,10 +2,10 @@
 // /metrics. Run: build/bin/bench_tuner
 #include <benchmark/benchmark.h>
 
-#include "plugin/service/metrics.h"
-#include "plugin/service/tuner.h"
+#include "plugin/runtime/metrics.h"
+#include "plugin/runtime/tuner.h"
 
-using namespace cloudtune::service;
+using namespace cloudtune::runtime;
 
 namespace {
 
@@ -13,7 +13,7 @@ Snapshot Proto(int configs) {
   Snapshot s;
   s.current = {1, 2, 32, 0, "local"};
   for (int i = 0; i < configs; ++i) {
-    cloudtune::estimator::Measurement m;
+    cloudtune::core::Measurement m;
     m.key = {1, 1 + i % 4, 16 << (i / 4), 0, "local"};
     m.step_time = 0.1 + 0.01 * i;
     m.sync_time = 0.01;

@@ -8,7 +8,7 @@
 #include <set>
 #include <vector>
 
-#include "estimator/trace.h"
+#include "estimator/core/trace.h"
 
 namespace cloudtune::bench {
 namespace detail {
@@ -16,7 +16,7 @@ namespace detail {
 // The ground truth of both generators (5% log-normal noise on step and sync time): compute
 // 0.01 s + 0.4 ms/sample, an all-reduce that grows with log(R/2) and GPUs per machine, and a
 // smooth overlap of the two.
-inline estimator::Measurement Measure(const estimator::ConfigKey& k, std::mt19937* rng) {
+inline core::Measurement Measure(const core::ConfigKey& k, std::mt19937* rng) {
   std::normal_distribution<double> noise(0.0, 0.05);
   const double gpn = double(k.num_replicas) / k.num_nodes;
   const double tc = 0.01 + 4e-4 * k.local_bsz;
@@ -26,7 +26,7 @@ inline estimator::Measurement Measure(const estimator::ConfigKey& k, std::mt1993
                           : 0.05 + 0.01 * std::log(k.num_replicas / 2.0) +
                                 0.02 * (gpn - 1.0) / (k.num_nodes - 1);
   const double t = std::pow(std::pow(tc, 2.0) + std::pow(tn, 2.0), 0.5);
-  estimator::Measurement m;
+  core::Measurement m;
   m.key = k;
   m.step_time = (k.accum_steps * tc + t) * std::exp(noise(*rng));
   m.sync_time = std::max(0.0, t - tc) * std::exp(noise(*rng));
@@ -39,9 +39,9 @@ inline estimator::Measurement Measure(const estimator::ConfigKey& k, std::mt1993
 
 // The configurations span 1-16 machines of up to 4 GPUs and 16 batch sizes, like the Pollux
 // traces; beyond 8 * 4 * 16 keys they repeat with more accumulation steps.
-inline std::vector<estimator::Measurement> Synthetic(int n) {
-  using estimator::ConfigKey;
-  using estimator::Measurement;
+inline std::vector<core::Measurement> Synthetic(int n) {
+  using core::ConfigKey;
+  using core::Measurement;
   std::mt19937 rng(42);
   const int nodes_list[] = {1, 2, 3, 4, 6, 8, 12, 16};
   std::vector<Measurement> out;
@@ -63,9 +63,9 @@ inline std::vector<estimator::Measurement> Synthetic(int n) {
 // configurations without accumulation steps, spread over the 512 placements of 1-64 machines of
 // 1-8 GPUs and over clamp(n / 10, 8, 300) distinct batch sizes round(16 * 1.02^k) (16 to ~6,500).
 // Same ground truth and noise (5% log-normal, fixed seed) as Synthetic.
-inline std::vector<estimator::Measurement> Distinct(int n) {
-  using estimator::ConfigKey;
-  using estimator::Measurement;
+inline std::vector<core::Measurement> Distinct(int n) {
+  using core::ConfigKey;
+  using core::Measurement;
   std::mt19937 rng(43);
   const int num_batches = std::clamp(n / 10, 8, 300);
   std::vector<int> batches;

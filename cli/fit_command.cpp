@@ -9,9 +9,9 @@
 #include <vector>
 
 #include "cli/commands.h"
-#include "estimator/error.h"
+#include "estimator/core/error.h"
 #include "estimator/throughput.h"
-#include "estimator/trace.h"
+#include "estimator/core/trace.h"
 
 namespace cloudtune::cli {
 namespace {
@@ -46,7 +46,7 @@ void RunFit(const FitArgs& a) {
   if (!a.options.IsValid(&err)) throw InputError("fit: " + err);
   const auto data = estimator::ReadTraces(a.traces);
   const auto model = estimator::FitThroughput(data, a.options);
-  WriteFileAtomically(a.output, model.ToJson().dump(2) + "\n");
+  Output(a.output, model.ToJson().dump(2) + "\n");
   const auto& s = model.stats();
   std::cerr << "cloudtune fit: " << s.configurations << " configurations, " << s.iterations
             << " iterations, " << std::setprecision(3) << s.seconds * 1e3

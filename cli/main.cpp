@@ -1,28 +1,28 @@
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 
 #include "cli/commands.h"
-#include "estimator/error.h"
+#include "estimator/core/atomic_file.h"
+#include "estimator/core/error.h"
 
 namespace cloudtune::cli {
 
-void WriteFileAtomically(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (!f) throw InputError(path + ": cannot write (cannot create " + tmp + ")");
-    f << text;
-    f.flush();
-    if (!f) {
-      std::remove(tmp.c_str());
-      throw InputError(path + ": write failed");
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    throw InputError(path + ": cannot rename " + tmp + " into place");
-  }
+void Output(const std::string& path, const std::string& text) {
+  if (path.empty())
+    std::cout << text;
+  else
+    core::WriteFileAtomicallyOrThrow(path, text);
+}
+
+double ParseNumber(const std::string& text, const std::string& what) {
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  if (end == text.c_str() || *end != '\0' || !std::isfinite(v))
+    throw InputError(what + ": '" + text + "' is not a number");
+  return v;
 }
 
 }  // namespace cloudtune::cli
@@ -32,7 +32,8 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   cloudtune::cli::RegisterFitCommands(app);
   cloudtune::cli::RegisterStepsCommand(app);
-  cloudtune::cli::RegisterSearchCommands(app);
+  cloudtune::cli::RegisterRecommendCommand(app);
+  cloudtune::cli::RegisterReplayCommand(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -11,7 +11,7 @@
 
 #include "cli/commands.h"
 #include "estimator/efficiency.h"
-#include "estimator/error.h"
+#include "estimator/core/error.h"
 
 namespace cloudtune::cli {
 namespace {
@@ -35,7 +35,7 @@ struct StepsArgs {
 
 void RunSteps(const StepsArgs& a) {
   if (a.observed.empty()) throw InputError("--observed: at least one B=FILE is required");
-  std::vector<estimator::NoiseObservation> all;
+  std::vector<core::NoiseObservation> all;
   double max_progress = 0;
   std::string max_file;
   for (const auto& spec : a.observed) {
@@ -77,7 +77,7 @@ void RunSteps(const StepsArgs& a) {
   std::string err;
   if (!fo.IsValid(&err)) throw InputError("--drift-exponent: " + err);
   estimator::EfficiencyModel m = estimator::FitEfficiency(all, fo);
-  if (!a.model_out.empty()) WriteFileAtomically(a.model_out, m.ToJson().dump(2) + "\n");
+  if (!a.model_out.empty()) Output(a.model_out, m.ToJson().dump(2) + "\n");
   const auto p = m.StepsToProgress(batch, from, progress);
   const double s = batch / m.base_batch();
   const double r0 = m.NoiseRatioAt(m.base_batch(), progress);

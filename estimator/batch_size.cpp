@@ -66,23 +66,6 @@ bool BatchSizeOptions::IsValid(std::string* error) const {
   return true;
 }
 
-bool ApplyBatchSizeEnvironment(BatchSizeOptions* options, std::string* error) {
-  const char* v = std::getenv("CLOUDTUNE_MAX_LOCAL_BATCH");
-  if (v == nullptr) return true;
-  const std::string s(v);
-  char* end = nullptr;
-  const long n = std::strtol(s.c_str(), &end, 10);
-  if (s.empty() || end != s.c_str() + s.size() || n < options->min_local_batch ||
-      n > std::numeric_limits<int>::max()) {
-    if (error)
-      *error = "CLOUDTUNE_MAX_LOCAL_BATCH: '" + s +
-               "' is not an integer >= " + std::to_string(options->min_local_batch);
-    return false;
-  }
-  options->max_local_batch = static_cast<int>(n);
-  return true;
-}
-
 BatchSizeController::BatchSizeController(const BatchSizeOptions& options) : options_(options) {
   std::string err;
   if (!options_.IsValid(&err)) throw std::invalid_argument("BatchSizeOptions: " + err);

@@ -35,8 +35,8 @@ bool ParseLrScaling(const std::string& name, LrScaling* rule);
 double LrScale(LrScaling rule, double batch, double base_batch, double gain);
 
 struct BatchSizeOptions {
-  // Largest samples per worker per micro-step (memory bound). The plugin sets it from
-  // CLOUDTUNE_MAX_LOCAL_BATCH. >= min_local_batch.
+  // Largest samples per worker per micro-step (memory bound). A job sets it from
+  // runtime::Options::max_local_batch (CLOUDTUNE_MAX_LOCAL_BATCH). >= min_local_batch.
   int max_local_batch = 1024;
   // Smallest samples per worker per micro-step. >= 1.
   int min_local_batch = 1;
@@ -54,10 +54,6 @@ struct BatchSizeOptions {
   double oom_backoff = 0.9;
   bool IsValid(std::string* error) const;
 };
-
-// Reads CLOUDTUNE_MAX_LOCAL_BATCH (a positive integer) into options->max_local_batch when set.
-// Returns false with `error` naming the variable when the value is invalid (options unchanged).
-bool ApplyBatchSizeEnvironment(BatchSizeOptions* options, std::string* error);
 
 struct BatchSizeDecision {
   int local_bsz = 0;           // recommended samples per worker per micro-step

@@ -12,10 +12,12 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "estimator/csv.h"
-#include "estimator/error.h"
+#include "estimator/core/csv.h"
+#include "estimator/core/error.h"
 
 namespace cloudtune::estimator {
+
+namespace csv = core::csv;
 
 namespace {
 
@@ -176,11 +178,6 @@ std::vector<NoiseObservation> ReadValidationTrace(const std::string& path, doubl
   std::ifstream f(path);
   if (!f) throw InputError(path + ": cannot open");
   return ParseValidationTrace(f, path, batch, max_progress);
-}
-
-double NoiseState::noise_scale() const {
-  if (grad_sqr <= 0) return kInf;
-  return base_batch * grad_var / grad_sqr;
 }
 
 double GainFromRatio(double r, double s) {

@@ -32,18 +32,11 @@
 #include <string>
 #include <vector>
 
+#include "estimator/core/types.h"
+
 namespace cloudtune::estimator {
 
-// Smoothed gradient statistics at the batch the job ran. Progress is counted in optimizer steps
-// at base_batch (B0).
-struct NoiseState {
-  double grad_sqr = 0;    // |G|^2, squared norm of the true gradient
-  double grad_var = 0;    // tr(Sigma), gradient variance normalised to base_batch
-  double base_batch = 1;  // B0, samples per optimizer step that grad_var refers to
-  bool biased = false;    // estimated from consecutive steps of one replica
-  // Noise scale phi = B0 * tr(Sigma) / |G|^2 (samples). Infinity when grad_sqr == 0.
-  double noise_scale() const;
-};
+using core::NoiseState;  // estimator/core/types.h
 
 // Progress (in B0-steps) made by one optimizer step at `batch` samples:
 // (tr + |G|^2) / (tr / s + |G|^2), s = batch / B0. With grad_sqr == 0 and grad_var > 0 the limit s;
@@ -65,15 +58,7 @@ struct StepsPrediction {
   double steps_plain = 0;
 };
 
-// One record of gradient statistics measured by a run (e.g. one row of a validation trace: the
-// averages over an epoch).
-struct NoiseObservation {
-  double batch = 0;      // total samples per optimizer step of the run (> 0)
-  double progress = 0;   // progress (B0-steps) at which the statistics were measured (>= 0)
-  double iteration = 0;  // optimizer steps the run had made (informational, >= 0)
-  double grad_sqr = 0;   // |G|^2 estimate
-  double grad_var = 0;   // tr(Sigma) estimate, normalised to the base batch B0
-};
+using core::NoiseObservation;  // estimator/core/types.h
 
 // Validation traces (DESIGN §5): columns progress,iteration,metric,grad_sqr,grad_var read by
 // header (others ignored; metric is not used), one row per interval of a run at total batch

@@ -13,7 +13,7 @@
 
 #include "estimator/detail/selected_inverse.h"
 #include "estimator/detail/start.h"
-#include "estimator/error.h"
+#include "estimator/core/error.h"
 
 namespace cloudtune::estimator {
 namespace detail {

@@ -36,7 +36,7 @@
 #include <string>
 #include <vector>
 
-#include "estimator/trace.h"
+#include "estimator/core/trace.h"
 
 namespace cloudtune::estimator {
 

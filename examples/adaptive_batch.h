@@ -5,7 +5,7 @@
 // any of these flags is given (otherwise its plain epoch loop runs).
 //
 // Every `adapt_every` optimizer steps rank 0 reads the plugin's gradient-noise state
-// (cloudtune::Instance()->noise()) and the measured step times (Instance()->profile()), asks the
+// (cloudtune::plugin::Instance()->noise()) and the measured step times (Instance()->profile()), asks the
 // controller for the local batch x micro-steps that maximise goodput (switching only beyond its
 // hysteresis threshold) and the LR scale of that batch, and broadcasts the decision as one small
 // tensor over the job's own process group; all ranks adopt it at the same step. Every decision is
@@ -133,11 +133,11 @@ struct ComputeModel {
   }
 };
 
-inline estimator::NoiseState NoiseAtBase(const plugin::Plugin& ct, double b0, bool* valid) {
+inline core::NoiseState NoiseAtBase(const plugin::Plugin& ct, double b0, bool* valid) {
   const hooks::GnsState g = ct.noise();
   *valid = g.valid && std::isfinite(g.grad_sqr) && std::isfinite(g.grad_var);
   // GnsState::grad_var = tr(Sigma_1) / its base batch; renormalise to B0.
-  return estimator::NoiseState{g.grad_sqr, g.grad_var * g.base_batch / b0, b0, g.biased};
+  return core::NoiseState{g.grad_sqr, g.grad_var * g.base_batch / b0, b0, g.biased};
 }
 
 }  // namespace detail
@@ -184,7 +184,8 @@ inline bool RunAdaptiveLoop(const AdaptiveFlags& f, LoopContext& c) {
   est::BatchSizeOptions bo;
   bo.max_local_batch = 512;
   std::string err;
-  if (!est::ApplyBatchSizeEnvironment(&bo, &err)) throw std::runtime_error(err);
+  if (c.ct && c.ct->options().max_local_batch > 0)  // CLOUDTUNE_MAX_LOCAL_BATCH
+    bo.max_local_batch = c.ct->options().max_local_batch;
   if (f.max_local_batch > 0) bo.max_local_batch = f.max_local_batch;
   bo.max_accum_steps = std::max(f.max_accum, 1) - 1;
   bo.min_global_batch = b0;

@@ -177,8 +177,8 @@ int Worker(const Flags& f) {
   torch::Tensor accum;
 
   cloudtune::Init({rank, world, 0, f.batch, f.accum});    // [cloudtune]
-  cloudtune::plugin::Plugin* ct = cloudtune::Instance();  // [cloudtune]
-  cloudtune::plugin::Plugin off(cloudtune::service::Options{});
+  cloudtune::plugin::Plugin* ct = cloudtune::plugin::Instance();  // [cloudtune]
+  cloudtune::plugin::Plugin off(cloudtune::runtime::Options{});
   if (!ct) ct = &off;
 
   log("train_fashion_mnist: " + std::to_string(world) + " worker(s), local batch " +

@@ -8,7 +8,7 @@
 //   tr(Σ₁)    ≈ (local_sqr − total_sqr) · micro_batch · count / (count − 1)   (per-sample variance)
 // Both are unbiased because E|g_k|^2 = |G|^2 + tr(Σ₁)/micro_batch. The EMAs smooth |G|^2 and the
 // per-sample tr(Σ₁) (so a batch-size change does not disturb them); State() reports
-// grad_var = tr(Σ₁)/base_batch, the variance at base_batch, as estimator::NoiseState expects, so
+// grad_var = tr(Σ₁)/base_batch, the variance at base_batch, as core::NoiseState expects, so
 // noise_scale = base_batch·grad_var/grad_sqr = tr(Σ₁)/|G|^2 in samples.
 //
 // With one replica and no accumulation (count = 1) the hooks pair consecutive steps instead
@@ -18,6 +18,8 @@
 
 #include <cstdint>
 #include <string>
+
+#include "estimator/core/types.h"
 
 namespace cloudtune::hooks {
 
@@ -39,15 +41,12 @@ struct GnsSample {
   bool biased = false;     // consecutive-steps pairing of a single replica
 };
 
-// Smoothed state; field meanings match estimator::NoiseState.
-struct GnsState {
-  double grad_sqr = 0;    // |G|^2
-  double grad_var = 0;    // tr(Σ) at base_batch = tr(Σ₁)/base_batch
-  double base_batch = 1;  // B0 (samples)
-  bool biased = false;    // the last step folded in came from the consecutive-steps mode
-  bool valid = false;     // at least one step folded in
-  int64_t steps = 0;      // steps folded in
-  int64_t skipped = 0;    // steps skipped: non-finite inputs or count < 2
+// Smoothed state: the noise state the models read (core::NoiseState: grad_sqr, grad_var at
+// base_batch, base_batch, biased) plus the estimator's counters.
+struct GnsState : core::NoiseState {
+  bool valid = false;    // at least one step folded in
+  int64_t steps = 0;     // steps folded in
+  int64_t skipped = 0;   // steps skipped: non-finite inputs or count < 2
   // φ = B0·grad_var/grad_sqr in samples; +inf when grad_sqr <= 0, NaN before the first step.
   double noise_scale() const;
 };

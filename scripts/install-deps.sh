@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages cloudtune needs; skips what is already installed.
 set -euo pipefail
-pkgs=(build-essential cmake ccache pkg-config python3
+pkgs=(build-essential cmake ccache pkg-config python3 python3-venv python3-setuptools python3-wheel
       libtorch-dev libgloo-dev libceres-dev libeigen3-dev libboost-dev nlohmann-json3-dev
       libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev python3-torch dataset-fashion-mnist)
 missing=()

@@ -6,8 +6,8 @@
 #include <set>
 #include <sstream>
 
-#include "estimator/csv.h"
-#include "estimator/error.h"
+#include "estimator/core/csv.h"
+#include "estimator/core/error.h"
 
 namespace cloudtune::search {
 namespace detail {
@@ -17,7 +17,7 @@ extern const char* const kDefaultGpuSpecsCsv;
 
 namespace {
 
-using estimator::csv::Trim;
+using core::csv::Trim;
 
 // A CSV table read by header.
 struct Table {
@@ -35,7 +35,7 @@ Table ReadTable(std::istream& in, const std::string& name) {
   while (std::getline(in, line)) {
     ++lineno;
     if (Trim(line).empty() || Trim(line)[0] == '#') continue;
-    auto cells = estimator::csv::Split(line);
+    auto cells = core::csv::Split(line);
     if (!header) {
       for (size_t i = 0; i < cells.size(); ++i) t.cols[cells[i]] = i;
       header = true;
@@ -238,10 +238,6 @@ Catalog LoadCatalog(const std::string& path, const Catalog& base, bool extend,
 
 Catalog ResolveCatalog(const std::string& path, const CatalogOptions& options) {
   std::string p = path;
-  if (p.empty()) {
-    const char* env = std::getenv("CLOUDTUNE_CATALOG");
-    if (env) p = env;
-  }
   if (p.empty()) return DefaultCatalog();
   bool extend = p[0] == '+';
   if (extend) p = p.substr(1);

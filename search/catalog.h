@@ -94,8 +94,9 @@ std::string DefaultCatalogSnapshot();  // e.g. "shared/data/catalog 2026-11 ..."
 // ones; extend = false starts from an empty list (GPU specs are kept). Throws InputError.
 Catalog LoadCatalog(const std::string& path, const Catalog& base, bool extend,
                     const CatalogOptions& options = {});
-// The catalog the CLI uses: DefaultCatalog(), then `path` if not empty, else $CLOUDTUNE_CATALOG if
-// set. A path prefixed with "+" extends the default; otherwise it replaces it.
+// The catalog a job or the CLI uses: DefaultCatalog() when `path` is empty; a path prefixed with
+// "+" extends the default, any other replaces it. (The CLOUDTUNE_CATALOG setting reaches it through
+// runtime::Options or the CLI's --catalog default.)
 Catalog ResolveCatalog(const std::string& path, const CatalogOptions& options = {});
 
 }  // namespace cloudtune::search

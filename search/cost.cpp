@@ -5,27 +5,6 @@
 
 namespace cloudtune::search {
 
-const char* PurchaseName(Purchase p) {
-  switch (p) {
-    case Purchase::kOnDemand:
-      return "on-demand";
-    case Purchase::kSpot:
-      return "spot";
-    case Purchase::kAnchor:
-      return "anchor";
-  }
-  return "?";
-}
-
-bool ParsePurchase(const std::string& s, Purchase* out) {
-  for (Purchase p : {Purchase::kOnDemand, Purchase::kSpot, Purchase::kAnchor})
-    if (s == PurchaseName(p)) {
-      *out = p;
-      return true;
-    }
-  return false;
-}
-
 bool CostOptions::IsValid(std::string* error) const {
   auto ok = [](double x) { return std::isfinite(x) && x >= 0; };
   const char* bad = nullptr;

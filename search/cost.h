@@ -5,19 +5,14 @@
 
 #include <string>
 
+#include "estimator/core/types.h"
 #include "search/catalog.h"
 
 namespace cloudtune::search {
 
-// How the nodes of a configuration are bought.
-enum class Purchase {
-  kOnDemand,  // all nodes on-demand: never revoked
-  kSpot,      // all nodes spot
-  kAnchor,    // DeepVM: one on-demand anchor (holds checkpoints) + spot workers
-};
-const char* PurchaseName(Purchase p);  // "on-demand", "spot", "anchor"
-// Parses a PurchaseName; returns false on an unknown name.
-bool ParsePurchase(const std::string& s, Purchase* out);
+using core::Purchase;       // estimator/core/types.h
+using core::PurchaseName;   // "on-demand", "spot", "anchor"
+using core::ParsePurchase;
 
 struct CostOptions {
   double restart_s = 120;          // restart + re-rendezvous after a revocation (seconds)

@@ -7,7 +7,7 @@
 #include <set>
 #include <sstream>
 
-#include "estimator/error.h"
+#include "estimator/core/error.h"
 
 namespace cloudtune::search {
 
@@ -107,17 +107,18 @@ double ExpectedImprovement(double incumbent, double median, double sigma) {
 }
 
 ProfilePredictor::ProfilePredictor(const Catalog& catalog,
-                                   const std::vector<estimator::Measurement>& profile,
-                                   double measured_sigma)
+                                   const std::vector<core::Measurement>& profile,
+                                   double measured_sigma,
+                                   const estimator::ThroughputFitOptions& fit)
     : catalog_(catalog), measured_sigma_(measured_sigma) {
-  std::map<std::string, std::vector<estimator::Measurement>> by_type;
+  std::map<std::string, std::vector<core::Measurement>> by_type;
   for (const auto& m : profile) {
     by_type[m.key.instance_type].push_back(m);
     measured_[m.key] = m.step_time;
   }
   size_t most = 0;
   for (auto& [type, ms] : by_type) {
-    models_.emplace(type, estimator::FitThroughput(ms));
+    models_.emplace(type, estimator::FitThroughput(ms, fit));
     if (ms.size() > most) {
       most = ms.size();
       reference_ = type;
@@ -126,7 +127,7 @@ ProfilePredictor::ProfilePredictor(const Catalog& catalog,
 }
 
 Estimate ProfilePredictor::StepTime(const InstanceType& t, const Config& c) const {
-  const estimator::ConfigKey key = c.Key();
+  const core::ConfigKey key = c.Key();
   auto m = measured_.find(key);
   if (m != measured_.end()) return {m->second, measured_sigma_};
   auto it = models_.find(t.name);
@@ -137,7 +138,7 @@ Estimate ProfilePredictor::StepTime(const InstanceType& t, const Config& c) cons
   if (reference_.empty()) return {0, 0};
   const int ri = catalog_.Find(reference_);
   if (ri < 0) return {0, 0};
-  estimator::ConfigKey rkey = key;
+  core::ConfigKey rkey = key;
   rkey.instance_type = reference_;
   estimator::StepPrediction p = models_.at(reference_).Predict(rkey, c.gpus_per_node);
   // Project per micro-step: sync happens once per optimizer step.
@@ -292,7 +293,7 @@ Recommendation Recommend(const RecommendRequest& req) {
   if (req.profile.empty() && !req.current)
     throw InputError("recommend: empty profile and no current configuration");
   // Resolve the profile's types.
-  std::vector<estimator::Measurement> profile = req.profile;
+  std::vector<core::Measurement> profile = req.profile;
   for (auto& m : profile) {
     if (m.key.instance_type.empty()) {
       if (!req.current)
@@ -309,7 +310,7 @@ Recommendation Recommend(const RecommendRequest& req) {
   if (req.current) {
     current = *req.current;
   } else {  // the most-measured configuration, on demand
-    const estimator::Measurement* most = &profile[0];
+    const core::Measurement* most = &profile[0];
     for (const auto& m : profile)
       if (m.rows > most->rows) most = &m;
     const InstanceType& t = catalog.types[catalog.Find(most->key.instance_type)];
@@ -326,7 +327,8 @@ Recommendation Recommend(const RecommendRequest& req) {
   if (catalog.Find(current.type) < 0)
     throw InputError("current configuration: instance type '" + current.type +
                      "' is not in the catalog");
-  auto predictor = std::make_shared<ProfilePredictor>(catalog, profile, req.options.measured_sigma);
+  auto predictor = std::make_shared<ProfilePredictor>(catalog, profile, req.options.measured_sigma,
+                                                      req.throughput);
   auto eff = std::make_shared<estimator::EfficiencyModel>(
       req.efficiency ? *req.efficiency : estimator::EfficiencyModel::FromNoise(*req.noise));
   const double from = req.options.current_progress, to = req.options.target_progress;
@@ -346,9 +348,12 @@ Recommendation Recommend(const RecommendRequest& req) {
   p.remaining_progress = to - from;
   p.current = &current;
   p.candidates = req.candidates;
-  std::set<estimator::ConfigKey> keys;
+  std::set<core::ConfigKey> keys;
   for (const auto& m : profile) keys.insert(m.key);
-  return Decide(p, req.options, [&keys](const Config& c) { return keys.count(c.Key()) > 0; });
+  Recommendation r =
+      Decide(p, req.options, [&keys](const Config& c) { return keys.count(c.Key()) > 0; });
+  for (const auto& [type, model] : predictor->models()) r.throughput_models[type] = model.ToJson();
+  return r;
 }
 
 nlohmann::json Recommendation::ToJson() const {

@@ -18,7 +18,7 @@
 
 #include "estimator/efficiency.h"
 #include "estimator/throughput.h"
-#include "estimator/trace.h"
+#include "estimator/core/trace.h"
 #include "search/catalog.h"
 #include "search/search.h"
 
@@ -50,9 +50,9 @@ struct RecommendOptions {
 };
 
 struct RecommendRequest {
-  std::vector<estimator::Measurement> profile;  // measured configurations (instance_type set,
+  std::vector<core::Measurement> profile;  // measured configurations (instance_type set,
                                                 // or "" = the current configuration's type)
-  std::optional<estimator::NoiseState> noise;   // current gradient noise
+  std::optional<core::NoiseState> noise;   // current gradient noise
   std::optional<estimator::EfficiencyModel> efficiency;  // preferred over `noise` when set
   std::optional<Config> current;                         // what the job runs now
   const Catalog* catalog = nullptr;                      // nullptr = DefaultCatalog()
@@ -60,6 +60,8 @@ struct RecommendRequest {
   // Explicit hardware/batch candidates (e.g. the traced ones in a replay); empty = the space
   // generated from the catalog and options.space.
   std::vector<Config> candidates;
+  // Options of the per-type throughput fits.
+  estimator::ThroughputFitOptions throughput;
 };
 
 struct Recommendation {
@@ -76,6 +78,9 @@ struct Recommendation {
   double measurement_cost = 0;           // of that measurement (objective units)
   Goal goal = Goal::kCost;
   std::string catalog_source;
+  // The throughput model fitted per measured instance type (ThroughputModel::ToJson), as the
+  // search used it.
+  std::map<std::string, nlohmann::json> throughput_models;
   nlohmann::json ToJson() const;  // "schema": "cloudtune.recommendation/1"
   std::string ToTable() const;    // human-readable
 };
@@ -92,16 +97,18 @@ Recommendation Recommend(const RecommendRequest& request);
 // are projected (ProjectStepTime) from the measured type with the most configurations.
 class ProfilePredictor {
  public:
-  ProfilePredictor(const Catalog& catalog, const std::vector<estimator::Measurement>& profile,
-                   double measured_sigma);
+  ProfilePredictor(const Catalog& catalog, const std::vector<core::Measurement>& profile,
+                   double measured_sigma, const estimator::ThroughputFitOptions& fit = {});
   Estimate StepTime(const InstanceType& t, const Config& c) const;
   bool Measured(const std::string& type) const { return models_.count(type) > 0; }
+  // The fitted model of each measured type.
+  const std::map<std::string, estimator::ThroughputModel>& models() const { return models_; }
 
  private:
   const Catalog& catalog_;
   double measured_sigma_;
   std::map<std::string, estimator::ThroughputModel> models_;  // by type
-  std::map<estimator::ConfigKey, double> measured_;           // step time by key
+  std::map<core::ConfigKey, double> measured_;           // step time by key
   std::string reference_;                                     // best-measured type
 };
 

@@ -5,7 +5,7 @@
 #include <sstream>
 #include <unordered_map>
 
-#include "estimator/error.h"
+#include "estimator/core/error.h"
 
 namespace cloudtune::search {
 
@@ -79,8 +79,8 @@ void ForEachEvaluated(const SearchProblem& p, Fn&& fn) {
 }
 }  // namespace
 
-estimator::ConfigKey Config::Key() const {
-  estimator::ConfigKey k;
+core::ConfigKey Config::Key() const {
+  core::ConfigKey k;
   k.instance_type = type;
   k.num_nodes = nodes;
   k.num_replicas = replicas();
@@ -97,8 +97,6 @@ std::string Config::ToString() const {
   s << " = " << global_batch();
   return s.str();
 }
-
-const char* GoalName(Goal g) { return g == Goal::kCost ? "cost" : "time"; }
 
 bool SpaceOptions::IsValid(std::string* error) const {
   const char* bad = nullptr;

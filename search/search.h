@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "estimator/trace.h"
+#include "estimator/core/trace.h"
 #include "search/catalog.h"
 #include "search/cost.h"
 
@@ -29,7 +29,7 @@ struct Config {
   long long global_batch() const {
     return static_cast<long long>(replicas()) * local_bsz * (accum_steps + 1);
   }
-  estimator::ConfigKey Key() const;  // the trace key (type, nodes, replicas, local_bsz, accum)
+  core::ConfigKey Key() const;  // the trace key (type, nodes, replicas, local_bsz, accum)
   // Same instances (type, nodes, GPUs per node, purchase): only the batch differs.
   bool SameHardware(const Config& o) const {
     return type == o.type && nodes == o.nodes && gpus_per_node == o.gpus_per_node &&
@@ -73,8 +73,9 @@ struct SpaceOptions {
   bool IsValid(std::string* error) const;
 };
 
-enum class Goal { kCost, kTime };
-const char* GoalName(Goal g);  // "cost", "time"
+using core::Goal;      // estimator/core/types.h
+using core::GoalName;  // "cost", "time"
+using core::ParseGoal;
 
 struct ObjectiveOptions {
   Goal goal = Goal::kCost;  // minimise expected cost (USD) or expected time (hours)

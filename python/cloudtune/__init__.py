@@ -21,13 +21,14 @@ See docs/python.md.
 
 import atexit
 import os
-import pathlib
 import sys
 import threading
 import types
 
 import torch
 import torch.distributed as dist
+
+from cloudtune import _locate
 
 __all__ = ["attach", "load_library", "library_path", "enabled", "should_checkpoint", "shutdown",
            "Tuner"]
@@ -37,14 +38,12 @@ _loaded = None  # path of the loaded library
 
 
 def library_path(library=None):
-    """Where the plugin library is: `library`, else $CLOUDTUNE_LIBRARY, else <repo>/build/lib."""
+    """Where the plugin library is: `library`, else $CLOUDTUNE_LIBRARY, else the install under
+    $CLOUDTUNE_PREFIX, else <repo>/build/lib when imported from a source checkout, else an install
+    in sys.prefix, /usr/local or /usr (see cloudtune/_locate.py)."""
     if library:
         return str(library)
-    env = os.environ.get("CLOUDTUNE_LIBRARY")
-    if env:
-        return env
-    repo = pathlib.Path(__file__).resolve().parents[2]
-    return str(repo / "build" / "lib" / "libcloudtune_plugin.so")
+    return _locate.library_path()
 
 
 def load_library(library=None):
@@ -59,7 +58,8 @@ def load_library(library=None):
             if not os.path.isfile(path):
                 raise FileNotFoundError(
                     f"cloudtune: plugin library '{path}' not found; build the cloudtune_plugin "
-                    "target or set CLOUDTUNE_LIBRARY to libcloudtune_plugin.so")
+                    "target, or install cloudtune (cmake --install <build> --prefix P) and set "
+                    "CLOUDTUNE_PREFIX=P, or set CLOUDTUNE_LIBRARY to libcloudtune_plugin.so")
             torch.ops.load_library(path)
             _loaded = path
     return torch.ops.cloudtune
@@ -195,10 +195,10 @@ def attach(model, optimizer, library=None, local_bsz=0, micro_steps=0):
     """Attaches the tuner to a DistributedDataParallel `model` and its `optimizer`.
 
     Call after torch.distributed.init_process_group and before the first backward. Loads the
-    plugin (library: path of libcloudtune_plugin.so; default $CLOUDTUNE_LIBRARY, else the repo's
-    build/lib), starts it (on only with CLOUDTUNE=1), registers the communication hook and wraps
-    optimizer.step. `local_bsz` (samples per replica per micro-step) and `micro_steps` (forwards
-    per optimizer step) are inferred from the model's training forwards when 0.
+    plugin (library: path of libcloudtune_plugin.so; default: see library_path()), starts it (on
+    only with CLOUDTUNE=1), registers the communication hook and wraps optimizer.step.
+    `local_bsz` (samples per replica per micro-step) and `micro_steps` (forwards per optimizer
+    step) are inferred from the model's training forwards when 0.
     Returns the Tuner (inactive, with one line on stderr, when the library cannot be loaded).
     """
     if not isinstance(model, torch.nn.parallel.DistributedDataParallel):

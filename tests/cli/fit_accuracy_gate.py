@@ -27,7 +27,7 @@ def main():
                     help="per-set limits in percent")
     a = ap.parse_args()
     if not os.path.exists(a.eval) or not os.path.isdir(a.pollux):
-        print("skipped: %s or %s not found" % (a.eval, a.pollux))
+        print("skipped: the shared data is absent (%s or %s not found)" % (a.eval, a.pollux))
         return 77
     r = subprocess.run([sys.executable, a.eval, "--cli", a.cli, "--pollux", a.pollux],
                        capture_output=True, text=True)

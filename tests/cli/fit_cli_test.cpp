@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cli_runner.h"
+#include "tests/shared_data.h"
 
 namespace {
 
@@ -68,6 +69,7 @@ TEST(FitCli, RoundTripOnAShippedTrace) {
 }
 
 TEST(FitCli, BothTraceFormatsAndSeveralFiles) {
+  CLOUDTUNE_NEEDS_SHARED_DATA();
   const std::string model = TmpDir() + "/two.json";
   Result f = RunCli("fit " + kPollux + "bert/placements.csv " + kPollux +
                     "bert/scalability.csv -o " + model);

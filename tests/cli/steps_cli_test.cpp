@@ -11,6 +11,7 @@
 #include <string>
 
 #include "cli_runner.h"
+#include "tests/shared_data.h"
 
 namespace {
 
@@ -44,6 +45,7 @@ TEST(StepsCli, PredictsWithUncertaintyAndDrift) {
 }
 
 TEST(StepsCli, SingleObservedBatchIsThePlainTheoryAndFlagged) {
+  CLOUDTUNE_NEEDS_SHARED_DATA();
   Result r = RunSteps("--observed 128=" + kDir + "validation-128.csv --batch 512 --progress 39000");
   ASSERT_EQ(r.status, 0) << r.err;
   auto j = nlohmann::json::parse(r.out);
@@ -60,6 +62,7 @@ TEST(StepsCli, WritesTheModel) {
 }
 
 TEST(StepsCli, BadInputNamesFileLineOrArgument) {
+  CLOUDTUNE_NEEDS_SHARED_DATA();
   auto expect_error = [](const std::string& args, const std::string& message) {
     Result r = RunSteps(args);
     EXPECT_NE(r.status, 0) << args;

@@ -22,7 +22,7 @@
 #include <thread>
 
 #include "e2e_util.h"
-#include "estimator/trace.h"
+#include "estimator/core/trace.h"
 
 namespace {
 

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <iostream>
 #include <stdexcept>
+#include "tests/shared_data.h"
 
 namespace cloudtune::estimator {
 namespace {
@@ -112,21 +113,6 @@ TEST(BatchSize, OutOfMemoryLowersTheCap) {
   EXPECT_EQ(c.max_local_batch(), 1);  // never below min_local_batch
 }
 
-TEST(BatchSize, MaxLocalBatchFromEnvironment) {
-  BatchSizeOptions o;
-  std::string err;
-  ::setenv("CLOUDTUNE_MAX_LOCAL_BATCH", "96", 1);
-  EXPECT_TRUE(ApplyBatchSizeEnvironment(&o, &err));
-  EXPECT_EQ(o.max_local_batch, 96);
-  ::setenv("CLOUDTUNE_MAX_LOCAL_BATCH", "12x", 1);
-  EXPECT_FALSE(ApplyBatchSizeEnvironment(&o, &err));
-  EXPECT_EQ(err, "CLOUDTUNE_MAX_LOCAL_BATCH: '12x' is not an integer >= 1");
-  EXPECT_EQ(o.max_local_batch, 96);
-  ::unsetenv("CLOUDTUNE_MAX_LOCAL_BATCH");
-  EXPECT_TRUE(ApplyBatchSizeEnvironment(&o, &err));
-  EXPECT_EQ(o.max_local_batch, 96);
-}
-
 TEST(BatchSize, EfficiencyLimitsTheBatch) {
   // Throughput saturates slowly; with little gradient noise (r = 1) large batches waste samples,
   // with much noise (r = 1e4) they do not.
@@ -184,6 +170,7 @@ TEST(BatchSize, UsesTheDriftModel) {
 }
 
 TEST(BatchSize, WithTheFittedThroughputAndEfficiencyModelsOfARealJob) {
+  CLOUDTUNE_NEEDS_SHARED_DATA();
   // cifar10 (ResNet-18) on T4s: throughput fitted to Pollux's placements, efficiency to the
   // validation traces at 128 and 256.
   const std::string dir = std::string(CLOUDTUNE_SHARED_DIR) + "/data/traces/pollux-t4/cifar10/";

@@ -6,7 +6,8 @@
 #include <sstream>
 #include <string>
 
-#include "estimator/error.h"
+#include "estimator/core/error.h"
+#include "tests/shared_data.h"
 
 namespace cloudtune::estimator {
 namespace {
@@ -319,6 +320,7 @@ struct Case {
 };
 
 TEST(EfficiencyOnPolluxTraces, PredictsStepsAtLargerBatchesFromTheTwoSmallest) {
+  CLOUDTUNE_NEEDS_SHARED_DATA();
   const std::string dir = std::string(CLOUDTUNE_SHARED_DIR) + "/data/traces/pollux-t4/";
   // Measured with this model: cifar10 2048 5.0%, 4096 2.6%; imagenet 12800 5.6%; bert 384 0.8%;
   // ncf 32768 1.0%. The plain theory is off by 45%, 72%, 56%, 53%, 16%.

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "estimator/error.h"
+#include "estimator/core/error.h"
 
 namespace cloudtune::estimator {
 namespace {

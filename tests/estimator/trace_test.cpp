@@ -1,10 +1,11 @@
-#include "estimator/trace.h"
+#include "estimator/core/trace.h"
 
 #include <gtest/gtest.h>
 
 #include <sstream>
 
-#include "estimator/error.h"
+#include "estimator/core/error.h"
+#include "tests/shared_data.h"
 
 namespace cloudtune::estimator {
 namespace {
@@ -83,6 +84,7 @@ TEST(Trace, MissingFile) {
 }
 
 TEST(Trace, ReadsShippedPolluxTraces) {
+  CLOUDTUNE_NEEDS_SHARED_DATA();
   const std::string d = CLOUDTUNE_SHARED_DIR "/data/traces/pollux-t4/cifar10/";
   auto ms = ReadTraces({d + "placements.csv", d + "scalability.csv"});
   EXPECT_GT(ms.size(), 50u);

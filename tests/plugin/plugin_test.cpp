@@ -1,4 +1,4 @@
-#include "plugin/plugin.h"
+#include "plugin/torch/plugin.h"
 
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -9,8 +9,8 @@
 #include <filesystem>
 #include <fstream>
 
-#include "estimator/trace.h"
-#include "plugin/cloudtune.h"
+#include "estimator/core/trace.h"
+#include "cloudtune/cloudtune.h"
 
 namespace cloudtune::plugin {
 namespace {
@@ -25,8 +25,8 @@ fs::path TempDir(const std::string& name) {
   return dir;
 }
 
-service::Options OnOptions(const fs::path& dir) {
-  service::Options o;
+runtime::Options OnOptions(const fs::path& dir) {
+  runtime::Options o;
   o.enabled = true;
   o.sidecar = (dir / "s.jsonl").string();
   o.profile = (dir / "p.csv").string();
@@ -59,7 +59,7 @@ void Step(Plugin& p, const at::Tensor& mean, double noise, bool nan = false) {
 
 TEST(Plugin, OffWritesNothingAndReturnsAtOnce) {
   auto dir = TempDir("off");
-  service::Options o = OnOptions(dir);
+  runtime::Options o = OnOptions(dir);
   o.enabled = false;
   Plugin p(o);
   EXPECT_FALSE(p.Start({0, 1, 0, 32, 1}));
@@ -223,7 +223,7 @@ TEST(Plugin, BatchChangeStartsANewConfiguration) {
 }
 
 TEST(Plugin, UnwritableSidecarSwitchesOff) {
-  service::Options o = OnOptions(TempDir("bad"));
+  runtime::Options o = OnOptions(TempDir("bad"));
   o.sidecar = "/nonexistent-cloudtune-dir/s.jsonl";
   Plugin p(o);
   testing::internal::CaptureStderr();
@@ -234,7 +234,7 @@ TEST(Plugin, UnwritableSidecarSwitchesOff) {
 }
 
 TEST(Plugin, InvalidOptionsSwitchOff) {
-  service::Options o = OnOptions(TempDir("invalid"));
+  runtime::Options o = OnOptions(TempDir("invalid"));
   o.measure_every = 0;
   Plugin p(o);
   testing::internal::CaptureStderr();

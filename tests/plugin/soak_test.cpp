@@ -1,4 +1,4 @@
-// Soak test of the plugin hooks (issue #6): 100,000 optimizer steps through a Plugin with the
+// Soak test of the plugin hooks: 100,000 optimizer steps through a Plugin with the
 // online tuner running (frequent measurements and background refits, saved state), no model. Each
 // step sleeps 50 us in its "all-reduce" so the run spans many refit periods (about 10 s).
 // Memory must stay flat after the warm-up; the peak and resident sizes are printed and recorded.
@@ -15,7 +15,7 @@
 #include <thread>
 #include <vector>
 
-#include "plugin/plugin.h"
+#include "plugin/torch/plugin.h"
 
 namespace cloudtune::plugin {
 namespace {
@@ -38,7 +38,7 @@ TEST(PluginSoak, HundredThousandStepsKeepMemoryFlat) {
   fs::remove_all(dir);
   fs::create_directories(dir);
 
-  service::Options o;
+  runtime::Options o;
   o.enabled = true;
   o.sidecar = (dir / "s.jsonl").string();
   o.profile = (dir / "p.csv").string();

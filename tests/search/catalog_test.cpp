@@ -5,7 +5,7 @@
 #include <cmath>
 #include <sstream>
 
-#include "estimator/error.h"
+#include "estimator/core/error.h"
 
 namespace cloudtune::search {
 namespace {

@@ -1,0 +1,290 @@
+// cloudtune recommend: the job's own fit-and-search (runtime::Runtime::Decide) on a profile and
+// a noise state given as files and flags.
+#include <cmath>
+#include <iostream>
+#include <memory>
+#include <sstream>
+
+#include "cli/commands.h"
+#include "estimator/core/env.h"
+#include "estimator/core/error.h"
+#include "estimator/core/json_file.h"
+#include "estimator/core/trace.h"
+#include "plugin/runtime/runtime.h"
+#include "search/recommend.h"
+
+namespace cloudtune::cli {
+namespace {
+
+struct RecArgs {
+  std::vector<std::string> profile;
+  std::string gns, catalog, candidates, objective = "cost", format = "json", current, type, out;
+  double deadline = 0, budget = 0, target = 0, progress = 0, spent = 0, explored = 0;
+  int max_nodes = 16, max_local_bsz = 256, min_local_bsz = 8, max_accum = 3;
+  bool pareto = false;
+};
+
+void NonNegative(double v, const char* flag) {
+  if (!(v >= 0) || !std::isfinite(v)) {
+    std::ostringstream m;
+    m << flag << ": must be >= 0, got " << v;
+    throw InputError(m.str());
+  }
+}
+
+core::NoiseState CheckedNoise(double sqr, double var, double b0, const std::string& where,
+                              const char* b0_name) {
+  if (sqr < 0 || var < 0 || b0 <= 0)
+    throw InputError(where + ": grad_sqr and grad_var must be >= 0 and " + b0_name + " > 0");
+  core::NoiseState n;
+  n.grad_sqr = sqr;
+  n.grad_var = var;
+  n.base_batch = b0;
+  return n;
+}
+
+// --gns grad_sqr,grad_var,B0 or a JSON file (a noise state, or a fitted efficiency model).
+void ParseGns(const std::string& arg, core::Snapshot* snap,
+              std::optional<estimator::EfficiencyModel>* model) {
+  if (arg.find(',') != std::string::npos) {
+    std::vector<std::string> parts;
+    std::stringstream ss(arg);
+    std::string p;
+    while (std::getline(ss, p, ',')) parts.push_back(p);
+    if (parts.size() != 3)
+      throw InputError("--gns: expected grad_sqr,grad_var,B0, got '" + arg + "'");
+    snap->noise = CheckedNoise(ParseNumber(parts[0], "--gns grad_sqr"),
+                               ParseNumber(parts[1], "--gns grad_var"),
+                               ParseNumber(parts[2], "--gns B0"), "--gns", "B0");
+    return;
+  }
+  const nlohmann::json j = core::ReadJsonFile(arg);
+  if (!j.is_object()) throw InputError(arg + ": not a JSON object");
+  if (j.contains("grad_sqr")) {
+    for (const char* k : {"grad_sqr", "grad_var", "base_batch"})
+      if (!j.contains(k) || !j[k].is_number())
+        throw InputError(arg + ": " + k + ": missing or not a number");
+    snap->noise = CheckedNoise(j["grad_sqr"].get<double>(), j["grad_var"].get<double>(),
+                               j["base_batch"].get<double>(), arg, "base_batch");
+  } else {
+    *model = estimator::EfficiencyModel::FromJson(j, arg);
+    snap->noise.base_batch = (*model)->base_batch();
+  }
+}
+
+// TYPE:NODES:GPUS_PER_NODE:LOCAL_BSZ[:ACCUM[:PURCHASE]]
+void ParseCurrent(const std::string& s, core::Snapshot* snap) {
+  std::vector<std::string> p;
+  std::stringstream ss(s);
+  std::string x;
+  while (std::getline(ss, x, ':')) p.push_back(x);
+  if (p.size() < 4 || p.size() > 6)
+    throw InputError(
+        "--current: expected TYPE:NODES:GPUS_PER_NODE:LOCAL_BSZ[:ACCUM[:PURCHASE]], got '" + s +
+        "'");
+  auto integer = [&](const std::string& v, const char* what, int min) {
+    const double d = ParseNumber(v, std::string("--current ") + what);
+    if (d < min || d != std::floor(d))
+      throw InputError(std::string("--current ") + what + ": '" + v +
+                       "' must be an integer >= " + std::to_string(min));
+    return static_cast<int>(d);
+  };
+  core::ConfigKey& k = snap->current;
+  k.instance_type = p[0];
+  k.num_nodes = integer(p[1], "nodes", 1);
+  snap->gpus_per_node = integer(p[2], "gpus_per_node", 1);
+  k.num_replicas = k.num_nodes * snap->gpus_per_node;
+  k.local_bsz = integer(p[3], "local_bsz", 1);
+  if (p.size() > 4) k.accum_steps = integer(p[4], "accum", 0);
+  core::Purchase purchase = core::Purchase::kOnDemand;
+  if (p.size() > 5 && !core::ParsePurchase(p[5], &purchase))
+    throw InputError("--current purchase: '" + p[5] + "' (expected on-demand, spot or anchor)");
+  snap->purchase = purchase;
+}
+
+void Validate(const RecArgs& a) {
+  core::Goal goal;
+  if (!core::ParseGoal(a.objective, &goal))
+    throw InputError("--objective: '" + a.objective + "' (expected cost or time)");
+  if (a.format != "json" && a.format != "table")
+    throw InputError("--format: '" + a.format + "' (expected json or table)");
+  NonNegative(a.deadline, "--deadline");
+  NonNegative(a.budget, "--budget");
+  NonNegative(a.progress, "--progress");
+  NonNegative(a.spent, "--spent");
+  NonNegative(a.explored, "--exploration-spent");
+  if (a.explored > a.spent) {
+    std::ostringstream m;
+    m << "--exploration-spent: " << a.explored << " exceeds --spent " << a.spent;
+    throw InputError(m.str());
+  }
+  if (!(a.target > 0) || !std::isfinite(a.target)) {
+    std::ostringstream m;
+    m << "--target-progress: must be > 0, got " << a.target;
+    throw InputError(m.str());
+  }
+}
+
+// The job the flags describe, as the runtime a live job would construct.
+runtime::RuntimeSetup SetupFrom(const RecArgs& a,
+                                const std::optional<estimator::EfficiencyModel>& model,
+                                const std::string& default_type) {
+  runtime::RuntimeSetup rs;
+  rs.options.instance_type = default_type;  // of candidate rows without one
+  rs.options.objective = a.objective;
+  rs.options.deadline_hours = a.deadline;
+  rs.options.budget_usd = a.budget;
+  rs.options.target_progress = a.target;
+  rs.options.max_local_batch = a.max_local_bsz;
+  rs.options.candidates = a.candidates;
+  rs.options.catalog = a.catalog.empty() ? core::GetEnv("CLOUDTUNE_CATALOG").value_or("")
+                                         : a.catalog;
+  rs.customize = [a, model](runtime::FitAndSearchOptions* fo) {
+    fo->instance_type.clear();  // the profile rows and the current configuration say
+    fo->recommend.space.max_nodes = a.max_nodes;
+    fo->recommend.space.min_local_bsz = a.min_local_bsz;
+    fo->recommend.space.max_accum_steps = a.max_accum;
+    fo->efficiency_model = model;
+  };
+  return rs;
+}
+
+// Without --current: the profile's most-measured configuration, on demand.
+void DefaultCurrent(const search::Catalog& catalog, core::Snapshot* snap) {
+  const core::Measurement* most = &snap->profile[0];
+  for (const auto& m : snap->profile)
+    if (m.rows > most->rows) most = &m;
+  snap->current = most->key;
+  const int i = catalog.Find(most->key.instance_type);
+  const int gpus = i >= 0 ? catalog.types[i].gpus : most->key.gpus_per_node();
+  snap->gpus_per_node = most->max_gpus_per_node > 0
+                            ? most->max_gpus_per_node
+                            : std::min(gpus, most->key.gpus_per_node());
+  snap->purchase = core::Purchase::kOnDemand;
+}
+
+// The (hours, cost) Pareto front of the same problem the runtime solved.
+nlohmann::json Pareto(const runtime::Runtime& rt, const core::Snapshot& snap,
+                      const search::Recommendation& r) {
+  const runtime::FitAndSearchOptions& fo = rt.search_options();
+  const search::RecommendRequest req = runtime::BuildRecommendRequest(snap, fo);
+  search::ProfilePredictor pred(rt.catalog(), req.profile, req.options.measured_sigma,
+                                req.throughput);
+  const auto eff = fo.efficiency_model ? *fo.efficiency_model
+                                       : estimator::EfficiencyModel::FromNoise(snap.noise);
+  const auto& o = req.options;
+  search::SearchProblem p;
+  p.catalog = &rt.catalog();
+  p.predictor.step_time = [&](const search::InstanceType& t, const search::Config& c) {
+    return pred.StepTime(t, c);
+  };
+  p.predictor.steps = [&](double b) {
+    auto s = eff.StepsToProgress(b, o.current_progress, o.target_progress);
+    return search::Estimate{s.steps, s.log_sigma};
+  };
+  p.space = o.space;
+  p.objective = o.objective;
+  p.cost = o.cost;
+  p.remaining_progress = o.target_progress - o.current_progress;
+  const search::Config cur = r.current.config;
+  if (r.has_current) p.current = &cur;
+  nlohmann::json front = nlohmann::json::array();
+  for (const auto& e : search::ParetoFront(p))
+    front.push_back(
+        {{"description", e.config.ToString()}, {"hours", e.hours}, {"cost_usd", e.cost}});
+  return front;
+}
+
+void RunRecommend(const RecArgs& a) {
+  Validate(a);
+  core::Snapshot snap;
+  std::optional<estimator::EfficiencyModel> model;
+  snap.profile = estimator::ReadTraces(a.profile);
+  ParseGns(a.gns, &snap, &model);
+  if (!a.current.empty()) ParseCurrent(a.current, &snap);
+  for (auto& m : snap.profile) {
+    if (!m.key.instance_type.empty()) continue;
+    if (!a.type.empty())
+      m.key.instance_type = a.type;
+    else if (!a.current.empty())
+      m.key.instance_type = snap.current.instance_type;
+    else
+      throw InputError("profile: rows have no instance_type: give --instance-type or --current");
+  }
+  if (snap.profile.empty() && a.current.empty())
+    throw InputError("profile: no configuration and no --current");
+  snap.noise_valid = true;
+  snap.progress = a.progress;
+  if (a.objective == "cost") {
+    snap.cost_usd = a.spent;
+    snap.exploration_usd = a.explored;
+  } else {
+    snap.elapsed_seconds = a.spent * 3600;
+    snap.exploration_seconds = a.explored * 3600;
+  }
+  const std::string default_type = !a.type.empty()      ? a.type
+                                   : !a.current.empty() ? snap.current.instance_type
+                                   : snap.profile.empty() ? std::string()
+                                                          : snap.profile[0].key.instance_type;
+  runtime::Runtime rt(SetupFrom(a, model, default_type));
+  if (!rt.catalog_error().empty()) throw InputError(rt.catalog_error());
+  if (!a.candidates.empty())  // a bad file is reported as it is, not as the tuner's state
+    runtime::CandidatesFromTrace(a.candidates, default_type);
+  if (a.current.empty()) DefaultCurrent(rt.catalog(), &snap);
+  const runtime::TunerResult res = rt.Decide(snap, "cli");
+  std::string text;
+  if (a.format == "table") {
+    text = res.decision.ToTable();
+  } else {
+    nlohmann::json j = res.recommendation;
+    if (a.pareto) j["pareto"] = Pareto(rt, snap, res.decision);
+    text = j.dump(2) + "\n";
+  }
+  Output(a.out, text);
+}
+
+}  // namespace
+
+void RegisterRecommendCommand(CLI::App& app) {
+  auto* rec = app.add_subcommand(
+      "recommend", "Recommend a configuration from a measured profile (JSON or a table)");
+  auto ra = std::make_shared<RecArgs>();
+  rec->add_option("--profile", ra->profile, "Measured profile trace CSV(s)")->required();
+  rec->add_option("--gns", ra->gns,
+                  "Gradient noise: grad_sqr,grad_var,B0 or a JSON file (noise state or "
+                  "efficiency model)")
+      ->required();
+  rec->add_option("--catalog", ra->catalog,
+                  "Catalog CSV replacing the embedded one (prefix '+' to extend it); default "
+                  "$CLOUDTUNE_CATALOG");
+  rec->add_option("--candidates", ra->candidates,
+                  "Trace CSV of the only configurations to propose (default: the whole space; "
+                  "as CLOUDTUNE_CANDIDATES)");
+  rec->add_option("--objective", ra->objective, "cost or time (default cost)");
+  rec->add_option("--deadline", ra->deadline, "Deadline in hours (0 = none)");
+  rec->add_option("--budget", ra->budget, "Budget in USD (0 = none)");
+  rec->add_option("--target-progress", ra->target, "Target progress (B0-steps)")->required();
+  rec->add_option("--progress", ra->progress, "Progress made so far (B0-steps, default 0)");
+  rec->add_option("--spent", ra->spent,
+                  "Spent so far in objective units (USD for cost, hours for time; default 0)");
+  rec->add_option("--exploration-spent", ra->explored,
+                  "Of --spent, the part spent on measurements (caps further exploration at 4% of "
+                  "the expected total; default 0)");
+  rec->add_option("--current", ra->current,
+                  "Current configuration TYPE:NODES:GPUS_PER_NODE:LOCAL_BSZ[:ACCUM[:PURCHASE]] "
+                  "(default: the profile's most-measured configuration, on demand)");
+  rec->add_option("--instance-type", ra->type,
+                  "Instance type of profile rows that have no instance_type column");
+  rec->add_option("--max-nodes", ra->max_nodes, "Most instances (default 16)");
+  rec->add_option("--min-local-bsz", ra->min_local_bsz, "Smallest per-GPU batch (default 8)");
+  rec->add_option("--max-local-bsz", ra->max_local_bsz, "Largest per-GPU batch (default 256)");
+  rec->add_option("--max-accum", ra->max_accum, "Most accumulation micro-steps (default 3)");
+  rec->add_flag("--pareto", ra->pareto, "Add the (time, cost) Pareto front to the JSON");
+  rec->add_option("--format", ra->format, "json or table (default json)");
+  rec->add_option("-o,--output", ra->out, "Write to this file instead of stdout");
+  // Validated in RunRecommend (not by CLI11) so that every bad value gets
+  // "cloudtune: error: ..." and exit 1.
+  rec->callback([ra]() { RunRecommend(*ra); });
+}
+
+}  // namespace cloudtune::cli

@@ -1,0 +1,104 @@
+// Replay: simulates a training job over real measured traces and compares the online policy
+// (cloudtune: the tuner runtime a live job runs, plugin/runtime/runtime.h, fed the job's own
+// noisy measurements) with an oracle and baselines, with seeded measurement noise and
+// revocations. It sits above the runtime, like a job does.
+//
+// Scenario file (JSON, paths relative to the file's directory; see data/scenarios/README.md):
+// {
+//   "schema": "cloudtune.scenario/1",
+//   "name": "pollux-imagenet-g4dn",
+//   "catalog_extra": [ {catalog CSV columns as keys ...} ],     // optional rows added to the
+//                                                               // default catalog
+//   "traces": [                                                 // the true step times
+//     {"instance_type": "g4dn.12xlarge", "csv": ["PATH.csv", ...]},   // trace CSVs (DESIGN §5)
+//     {"instance_type": "p3.8xlarge", "gavel": {"file": "PATH.json", "gpu": "v100",
+//       "model": "ResNet-50", "nodes": 1, "replicas": 4}}               // Gavel steps/s
+//   ],
+//   "noise": {"validation_csv": "PATH.csv", "base_batch": 200},  // gradient noise vs progress
+//   "target_progress": 0,            // B0-steps; 0 = the last progress of the validation trace
+//   "start": {"instance_type": "...", "nodes": 1, "gpus_per_node": 4, "local_bsz": 20,
+//             "accum_steps": 0},     // the job's first configuration (on demand)
+//   "objective": {"goal": "cost", "deadline_h": 0, "budget_usd": 0},
+//   "seeds": [1, 2, 3],
+//   "step_noise_sigma": 0.05,        // log-normal noise of one measurement window's mean
+//   "decision_interval_s": 1800,     // the policies re-decide this often
+//   "measure_s": 300,                // an exploratory measurement window
+//   "cost": {"restart_s": 120, "checkpoint_s": 30, "anchor_checkpoint_s": 5, "switch_s": 180}
+// }
+// Revocations: a spot/anchor cluster is revoked when its cumulative hazard (catalog rate × nodes ×
+// training time) crosses the next Exp(1) threshold; the thresholds depend on the seed only, so all
+// policies face the same revocation luck (common random numbers). A revocation rolls back to the
+// last checkpoint (every Young/Daly interval of the running configuration, carried across decision
+// windows; a switch checkpoints) and costs restart_s. Measurement noise is drawn per policy.
+// Gavel's throughputs are read as aggregate worker-steps/s at per-GPU batch b: the optimizer step
+// time of R replicas is R / steps_per_s (no sync split: sync_time 0). Only configurations with an
+// even placement (replicas = nodes × GPUs per node) are candidates.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "estimator/core/trace.h"
+#include "plugin/runtime/runtime.h"
+#include "search/catalog.h"
+#include "search/recommend.h"
+#include "search/search.h"
+
+namespace cloudtune::replay {
+
+using namespace ::cloudtune::search;  // the replay speaks the search's vocabulary
+
+struct Scenario {
+  std::string name;
+  Catalog catalog;
+  std::vector<core::Measurement> traces;  // true step times (instance_type set)
+  std::vector<Config> candidates;              // traced configurations (purchase = on-demand)
+  std::vector<core::NoiseObservation> noise;   // by progress (ascending)
+  double base_batch = 1;
+  double target_progress = 0;
+  Config start;
+  ObjectiveOptions objective;
+  CostOptions cost;
+  std::vector<uint64_t> seeds{1};
+  double step_noise_sigma = 0.05;
+  double decision_interval_s = 1800;
+  double measure_s = 300;
+};
+
+// Throws cloudtune::InputError "FILE: FIELD: what" on a malformed scenario or trace.
+Scenario LoadScenario(const std::string& path);
+Scenario ParseScenario(const nlohmann::json& j, const std::string& name,
+                       const std::string& base_dir);
+
+struct PolicyResult {
+  std::string policy;
+  double cost = 0;              // USD
+  double makespan_h = 0;        // hours to reach the target
+  double exploration_cost = 0;  // USD spent in measurement windows and switches into them
+  int switches = 0;
+  int revocations = 0;
+  int measurements = 0;
+  bool finished = true;  // reached the target before the simulation limit
+};
+
+// What a job running in the replay has seen: the cloudtune policy's only inputs.
+struct JobView {
+  std::vector<core::Measurement> measured;  // its own noisy measurements, per configuration
+  core::NoiseState noise;                   // gradient statistics at its current progress
+  Config current;                           // what it runs now
+  double progress = 0;                      // B0-steps made
+  double hours = 0, cost_usd = 0;           // spent so far
+  double exploration_hours = 0, exploration_usd = 0;  // of which on measurements
+};
+// The runtime setup of the scenario's job (objective, target, catalog, traced configurations as
+// the candidates): the cloudtune policy constructs the runtime a live job constructs.
+runtime::RuntimeSetup CloudtuneSetup(const Scenario& s);
+// One decision of the cloudtune policy: the runtime's fit-and-search on what the job has seen.
+search::Recommendation CloudtuneDecide(const runtime::Runtime& rt, const JobView& job);
+
+// Runs every policy on one seed: "cloudtune", "oracle", "fixed-on-demand", "cheapest-spot",
+// "fastest-first", "deepvm-flopp", "pollux-goodput". Deterministic for (scenario, seed).
+std::vector<PolicyResult> RunReplay(const Scenario& s, uint64_t seed);
+
+}  // namespace cloudtune::replay

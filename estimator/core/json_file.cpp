@@ -1,0 +1,26 @@
+#include "estimator/core/json_file.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "estimator/core/error.h"
+
+namespace cloudtune::core {
+
+nlohmann::json ParseJson(const std::string& text, const std::string& source) {
+  try {
+    return nlohmann::json::parse(text);
+  } catch (const std::exception& e) {
+    throw InputError(source + ": not JSON: " + e.what());
+  }
+}
+
+nlohmann::json ReadJsonFile(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw InputError(path + ": cannot open");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ParseJson(ss.str(), path);
+}
+
+}  // namespace cloudtune::core

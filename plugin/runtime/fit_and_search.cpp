@@ -1,0 +1,202 @@
+#include "plugin/runtime/fit_and_search.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <stdexcept>
+
+#include "estimator/core/error.h"
+#include "estimator/core/trace.h"
+
+namespace cloudtune::runtime {
+namespace {
+
+std::string Fixed(double v, int digits) {
+  if (!std::isfinite(v)) return "inf";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
+  return buf;
+}
+
+// Statistical efficiency: the drift model when the run has seen >= 2 batch sizes.
+estimator::EfficiencyModel EfficiencyFor(const Snapshot& s, const FitAndSearchOptions& o) {
+  if (o.efficiency_model) return *o.efficiency_model;
+  std::vector<double> batches;
+  for (const auto& ob : s.noise_history)
+    if (std::find(batches.begin(), batches.end(), ob.batch) == batches.end())
+      batches.push_back(ob.batch);
+  if (batches.size() < 2) return estimator::EfficiencyModel::FromNoise(s.noise);
+  estimator::EfficiencyFitOptions eo = o.efficiency;
+  if (eo.base_batch <= 0) eo.base_batch = s.noise.base_batch;
+  return estimator::FitEfficiency(s.noise_history, eo);
+}
+
+// Keep the straggler or replace the slow machine: the models were fitted to what the hardware does
+// without the slow worker; staying means running the rest at `slowdown` times the predicted time,
+// replacing the slow machine costs one restart (CostOptions::switch_s) at the current price.
+void PriceStraggler(const search::Recommendation& r, const search::RecommendOptions& ro,
+                    double slowdown, nlohmann::json* j) {
+  const double keep_h = r.current.hours * slowdown, keep_usd = r.current.cost * slowdown;
+  const double restart_h = ro.cost.switch_s / 3600.0;
+  const double replace_h = r.current.hours + restart_h;
+  const double replace_usd = r.current.cost + r.current.price_per_hour * restart_h;
+  const bool cost_goal = ro.objective.goal == search::Goal::kCost;
+  const double keep_v = cost_goal ? keep_usd : keep_h;
+  const double replace_v = cost_goal ? replace_usd : replace_h;
+  const bool replace = replace_v < keep_v * (1 - ro.hysteresis);
+  (*j)["straggler"] = {{"factor", slowdown},
+                       {"keep", {{"hours", keep_h}, {"cost_usd", keep_usd}}},
+                       {"replace", {{"hours", replace_h}, {"cost_usd", replace_usd}}},
+                       {"advice", replace ? "replace the slow worker" : "keep"}};
+  (*j)["reason"] = r.reason + "; a straggler slows the current configuration by " +
+                   Fixed((slowdown - 1) * 100, 0) + "%: keeping it costs " +
+                   (cost_goal ? "$" + Fixed(keep_usd, 2) : Fixed(keep_h, 2) + " h") +
+                   ", replacing the slow worker " +
+                   (cost_goal ? "$" + Fixed(replace_usd, 2) : Fixed(replace_h, 2) + " h") +
+                   (replace ? " (advised)" : " (not worth a restart)");
+}
+
+std::string LogLine(const search::Recommendation& r, const std::string& reason) {
+  const char* action = search::ActionName(r.action);
+  std::string line = std::string("cloudtune: ") + action + " " + r.proposed.config.ToString() +
+                     ": " + Fixed(r.proposed.hours, 2) + " h, $" + Fixed(r.proposed.cost, 2);
+  if (r.has_current && r.action != search::Recommendation::Action::kKeep)
+    line += " (now " + Fixed(r.current.hours, 2) + " h, $" + Fixed(r.current.cost, 2) + ")";
+  return line + " - " + reason;
+}
+
+}  // namespace
+
+bool FitAndSearchOptions::IsValid(std::string* error) const {
+  if (!(recommend.target_progress > 0)) {
+    if (error) *error = "target progress must be > 0 (set CLOUDTUNE_TARGET_PROGRESS)";
+    return false;
+  }
+  if (!recommend.IsValid(error)) return false;
+  if (!throughput.IsValid(error)) return false;
+  if (!efficiency.IsValid(error)) return false;
+  const search::Catalog& cat = catalog ? *catalog : search::DefaultCatalog();
+  if (!instance_type.empty() && cat.Find(instance_type) < 0) {
+    if (error) *error = "instance type '" + instance_type + "' is not in the catalog";
+    return false;
+  }
+  return true;
+}
+
+FitAndSearchOptions SearchOptionsFrom(const Options& options, const search::Catalog* catalog) {
+  FitAndSearchOptions fo;
+  fo.catalog = catalog;
+  core::Goal goal = core::Goal::kCost;
+  core::ParseGoal(options.objective, &goal);  // Options::IsValid has checked it
+  fo.recommend.objective.goal = goal;
+  fo.recommend.objective.deadline_h = options.deadline_hours;
+  fo.recommend.objective.budget_usd = options.budget_usd;
+  fo.recommend.target_progress = options.target_progress;
+  if (options.max_local_batch > 0) fo.recommend.space.max_local_bsz = options.max_local_batch;
+  fo.instance_type = options.instance_type;
+  if (!options.candidates.empty())
+    fo.candidates = CandidatesFromTrace(options.candidates, options.instance_type);
+  return fo;
+}
+
+std::vector<search::Config> CandidatesFromTrace(const std::string& path,
+                                                const std::string& default_type) {
+  std::vector<search::Config> out;
+  for (const core::Measurement& m : estimator::ReadTraces({path})) {
+    const core::ConfigKey& k = m.key;
+    if (k.num_replicas % k.num_nodes != 0) continue;
+    search::Config c;
+    c.type = k.instance_type.empty() ? default_type : k.instance_type;
+    c.nodes = k.num_nodes;
+    c.gpus_per_node = k.num_replicas / k.num_nodes;
+    c.local_bsz = k.local_bsz;
+    c.accum_steps = k.accum_steps;
+    out.push_back(c);
+  }
+  if (out.empty()) throw InputError(path + ": no evenly placed configuration to propose");
+  return out;
+}
+
+void DestraggleProfile(const core::ConfigKey& current, double slowdown,
+                       std::vector<core::Measurement>* profile) {
+  for (auto& m : *profile) {
+    if (m.key.num_nodes != current.num_nodes || m.key.num_replicas != current.num_replicas ||
+        m.key.local_bsz != current.local_bsz || m.key.accum_steps != current.accum_steps)
+      continue;
+    // The fast ranks wait for the slow one inside the all-reduce, so the excess is sync time.
+    const double clean = m.step_time / slowdown;
+    m.sync_time = std::max(0.0, std::min(m.sync_time - (m.step_time - clean), 0.99 * clean));
+    m.step_time = clean;
+  }
+}
+
+search::RecommendRequest BuildRecommendRequest(const Snapshot& s, const FitAndSearchOptions& o,
+                                               bool preempted) {
+  search::RecommendRequest req;
+  const std::string type = o.instance_type.empty() ? s.current.instance_type : o.instance_type;
+  req.profile = s.profile;
+  for (auto& m : req.profile)
+    if (m.key.instance_type.empty()) m.key.instance_type = type;
+  req.noise = s.noise;
+  search::Config cur;
+  cur.type = type;
+  cur.nodes = std::max(1, s.current.num_nodes);
+  cur.gpus_per_node = s.current_gpus_per_node();
+  cur.local_bsz = s.current.local_bsz;
+  cur.accum_steps = s.current.accum_steps;
+  cur.purchase = s.purchase.value_or(o.purchase);
+  if (preempted && cur.nodes > 1) --cur.nodes;
+  req.current = cur;
+  req.catalog = o.catalog;
+  req.options = o.recommend;
+  req.options.current_progress = std::min(s.progress, o.recommend.target_progress);
+  const bool cost_goal = o.recommend.objective.goal == search::Goal::kCost;
+  req.options.spent = cost_goal ? s.cost_usd : s.elapsed_seconds / 3600.0;
+  req.options.exploration_spent =
+      std::min(req.options.spent, cost_goal ? s.exploration_usd : s.exploration_seconds / 3600.0);
+  req.throughput = o.throughput;
+  req.candidates = o.candidates;
+  return req;
+}
+
+TunerResult FitAndSearch(const Snapshot& s, const RefitContext& ctx,
+                         const FitAndSearchOptions& o) {
+  if (s.profile.empty()) throw std::runtime_error("no measured configuration yet");
+  if (!o.efficiency_model && (!(s.noise.grad_sqr > 0) || !(s.noise.base_batch > 0)))
+    throw std::runtime_error("no gradient noise estimate yet");
+  const bool preempted = ctx.trigger == "preemption";
+  search::RecommendRequest req = BuildRecommendRequest(s, o, preempted);
+  const double slowdown = s.straggler_factor > 1 ? s.straggler_factor : 1.0;
+  if (slowdown > 1) DestraggleProfile(s.current, slowdown, &req.profile);
+  req.efficiency = EfficiencyFor(s, o);
+
+  const search::Recommendation r = search::Recommend(req);
+  TunerResult out;
+  out.decision = r;
+  out.recommendation = r.ToJson();
+  auto& j = out.recommendation;
+  // The throughput model of the current type, exactly as the search used it.
+  const auto model = r.throughput_models.find(req.current->type);
+  j["models"] = {{"throughput", model != r.throughput_models.end() ? model->second
+                                                                   : nlohmann::json()},
+                 {"efficiency", req.efficiency->ToJson()}};
+  j["progress"] = s.progress;
+  j["target_progress"] = req.options.target_progress;
+  j["step"] = s.step;
+  j["straggler_factor"] = s.straggler_factor;
+  j["trigger"] = ctx.trigger;
+  j["preempted"] = preempted;
+  if (slowdown > 1.0 + 1e-9 && r.has_current) PriceStraggler(r, req.options, slowdown, &j);
+  out.change_key =
+      std::string(search::ActionName(r.action)) + "|" + r.proposed.config.ToString();
+  out.log_line = LogLine(r, j["reason"].get<std::string>());
+  return out;
+}
+
+FitAndSearchFn MakeFitAndSearch(FitAndSearchOptions options) {
+  return [o = std::move(options)](const Snapshot& s, const RefitContext& ctx) {
+    return FitAndSearch(s, ctx, o);
+  };
+}
+
+}  // namespace cloudtune::runtime

@@ -1,0 +1,106 @@
+// The one fit-and-search: from what a job has measured (a core::Snapshot) to a recommendation.
+// The live job's background tuner, `cloudtune recommend` and the replay's cloudtune policy all
+// call it through runtime::Runtime, so what the replay proves is what a job gets.
+//
+// One call fits the throughput model once per measured instance type (the models that decide are
+// the models that are published), fits the statistical-efficiency drift model when the run has
+// seen two or more batch sizes (else takes the noise state as it is), prices a straggler (keep it
+// or replace the slow machine), and runs search::Recommend.
+#pragma once
+
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "estimator/core/types.h"
+#include "estimator/efficiency.h"
+#include "estimator/throughput.h"
+#include "plugin/runtime/options.h"
+#include "search/catalog.h"
+#include "search/recommend.h"
+
+namespace cloudtune::runtime {
+
+using core::Snapshot;
+
+// Why a refit runs.
+struct RefitContext {
+  std::string trigger;      // "timer", "config_change", "restored", "preemption", "straggler", …
+  std::uint64_t index = 0;  // 1 for the first refit, …
+};
+
+// Result of one fit-and-search.
+struct TunerResult {
+  // The published document (GET /v1/recommendation): current and proposed configuration,
+  // predicted gain, uncertainties, reason, alternatives, fitted models.
+  nlohmann::json recommendation;
+  // Identity of the proposal; when it differs from the previous refit's, the recommendation has
+  // changed: a record is written and a line logged. (Numbers that merely drift do not count.)
+  std::string change_key;
+  // One readable line for the log.
+  std::string log_line;
+  // The decision itself (action, proposed configuration, evaluations) for callers that act on it.
+  search::Recommendation decision;
+};
+
+struct FitAndSearchOptions {
+  // Objective, constraints, target progress and search space. recommend.target_progress must be
+  // > 0; recommend.current_progress, spent and exploration_spent are taken from the snapshot.
+  search::RecommendOptions recommend;
+  // Instance catalog; nullptr = search::DefaultCatalog(). Must outlive the calls.
+  const search::Catalog* catalog = nullptr;
+  // Instance type of the current configuration and of profile rows without one ("" = the
+  // snapshot's current.instance_type). Must be in the catalog.
+  std::string instance_type;
+  // How the current nodes are bought.
+  search::Purchase purchase = search::Purchase::kOnDemand;
+  estimator::ThroughputFitOptions throughput;  // the per-type throughput fits
+  estimator::EfficiencyFitOptions efficiency;  // used when noise_history spans >= 2 batches
+  // A statistical-efficiency model given from outside (e.g. fitted offline from validation
+  // traces): used instead of the noise state and its history.
+  std::optional<estimator::EfficiencyModel> efficiency_model;
+  // The configurations the job may move to (e.g. the traced ones of a replay scenario); empty =
+  // the space generated from the catalog and recommend.space.
+  std::vector<search::Config> candidates;
+  bool IsValid(std::string* error) const;
+};
+
+// The mapping from the CLOUDTUNE_* options to the search, in one place (objective, deadline,
+// budget, target, local-batch cap, instance type, candidates). `catalog` must outlive the result.
+// Throws cloudtune::InputError when the candidates file cannot be read.
+FitAndSearchOptions SearchOptionsFrom(const Options& options, const search::Catalog* catalog);
+
+// The search request built from a snapshot (exposed so tests can check what is solved). With
+// `preempted`, the current configuration is the fleet left after losing one node (>= 1 node).
+// The configurations of a trace as search candidates (on demand): rows without an instance type
+// are of `default_type`; uneven placements are skipped. Throws cloudtune::InputError.
+std::vector<search::Config> CandidatesFromTrace(const std::string& path,
+                                                const std::string& default_type);
+
+search::RecommendRequest BuildRecommendRequest(const Snapshot& s, const FitAndSearchOptions& o,
+                                               bool preempted = false);
+
+// A straggler makes every rank wait for the slowest: divides the step time of the profile rows of
+// the `current` configuration by `slowdown` (>= 1) and takes the excess out of their sync time, so
+// that the models describe the hardware without the slow worker.
+void DestraggleProfile(const core::ConfigKey& current, double slowdown,
+                       std::vector<core::Measurement>* profile);
+
+// One fit-and-search on `s`:
+//   recommendation = Recommendation::ToJson() + {"models":{"throughput","efficiency"},
+//                    "progress","target_progress","step","straggler_factor","trigger",
+//                    "preempted"[,"straggler"]}
+//   change_key     = action + proposed configuration
+//   log_line       = "cloudtune: <action> <proposed>: <hours> h, $<cost> (now …) - <reason>"
+// The trigger "preemption" plans for the remaining fleet. Throws on an empty profile, no noise
+// estimate yet, or an invalid request.
+TunerResult FitAndSearch(const Snapshot& s, const RefitContext& ctx, const FitAndSearchOptions& o);
+
+// The fit-and-search step the Tuner executor runs (a std::function, so tests can give a fake).
+using FitAndSearchFn = std::function<TunerResult(const Snapshot&, const RefitContext&)>;
+// FitAndSearch bound to `options` (whose catalog must outlive the function).
+FitAndSearchFn MakeFitAndSearch(FitAndSearchOptions options);
+
+}  // namespace cloudtune::runtime

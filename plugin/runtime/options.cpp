@@ -1,0 +1,201 @@
+#include "plugin/runtime/options.h"
+
+#include <cctype>
+#include <cerrno>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <sstream>
+#include <variant>
+
+#include "estimator/core/env.h"
+#include "estimator/core/types.h"
+
+namespace cloudtune::runtime {
+namespace {
+
+using Member =
+    std::variant<bool Options::*, int Options::*, double Options::*, std::string Options::*>;
+
+struct Field {
+  const char* key;  // lower-case field name; the variable is CLOUDTUNE_<KEY> ("" = CLOUDTUNE)
+  Member member;
+  const char* doc;
+};
+
+// The single list every reader uses: FromEnv, IsValid messages and EnvTable.
+const std::vector<Field>& Fields() {
+  static const std::vector<Field> fields = {
+      {"", &Options::enabled, "1 switches the plugin on; unset or 0 = every hook is a no-op"},
+      {"sidecar", &Options::sidecar, "JSON Lines sidecar written by rank 0"},
+      {"profile", &Options::profile, "trace CSV of this job's measurements per configuration"},
+      {"instance_type", &Options::instance_type, "instance type written into the profile"},
+      {"measure_every", &Options::measure_every, "optimizer steps per measurement record"},
+      {"warmup_steps", &Options::warmup_steps,
+       "steps ignored at start-up and after a configuration change"},
+      {"gns_ema", &Options::gns_ema, "per-step decay of the gradient-noise EMAs, in [0, 1)"},
+      {"max_local_batch", &Options::max_local_batch,
+       "largest local batch the tuner may propose (0 = no limit)"},
+      {"refit_seconds", &Options::refit_seconds, "seconds between background refits"},
+      {"objective", &Options::objective, "what the tuner minimises: cost or time"},
+      {"deadline_hours", &Options::deadline_hours, "finish within this many hours (0 = none)"},
+      {"budget_usd", &Options::budget_usd, "spend at most this many USD (0 = none)"},
+      {"target_progress", &Options::target_progress,
+       "progress (steps at the initial batch) that counts as finished (0 = unknown)"},
+      {"catalog", &Options::catalog, "instance catalog CSV (empty = built-in)"},
+      {"candidates", &Options::candidates,
+       "trace CSV of the only configurations the tuner may propose (empty = the whole space)"},
+      {"http", &Options::http, "host:port of the HTTP endpoint (empty = off)"},
+      {"state", &Options::state, "state file kept across restarts (empty = none)"},
+      {"preemption_url", &Options::preemption_url,
+       "URL polled for preemption notices (empty = off)"},
+      {"preemption_poll_seconds", &Options::preemption_poll_seconds,
+       "seconds between preemption polls"},
+      {"straggler_every", &Options::straggler_every, "steps between straggler checks (0 = off)"},
+      {"log_level", &Options::log_level, "log verbosity: error, warn, info or debug"},
+  };
+  return fields;
+}
+
+std::string VarName(const Field& f) {
+  std::string name = "CLOUDTUNE";
+  if (*f.key) {
+    name += '_';
+    for (const char* c = f.key; *c; ++c) name += static_cast<char>(std::toupper(*c));
+  }
+  return name;
+}
+
+std::string ToString(const Options& o, const Member& m) {
+  return std::visit(
+      [&](auto ptr) -> std::string {
+        using T = std::decay_t<decltype(o.*ptr)>;
+        if constexpr (std::is_same_v<T, bool>) {
+          return (o.*ptr) ? "1" : "0";
+        } else if constexpr (std::is_same_v<T, std::string>) {
+          return o.*ptr;
+        } else {
+          std::ostringstream s;
+          s << (o.*ptr);
+          return s.str();
+        }
+      },
+      m);
+}
+
+// Parses `text` into the member; returns "" or why it failed.
+std::string Parse(Options& o, const Member& m, const std::string& text) {
+  return std::visit(
+      [&](auto ptr) -> std::string {
+        using T = std::decay_t<decltype(o.*ptr)>;
+        if constexpr (std::is_same_v<T, bool>) {
+          if (text == "1" || text == "true" || text == "on" || text == "yes") {
+            o.*ptr = true;
+          } else if (text.empty() || text == "0" || text == "false" || text == "off" ||
+                     text == "no") {
+            o.*ptr = false;
+          } else {
+            return "expected 1 or 0";
+          }
+          return "";
+        } else if constexpr (std::is_same_v<T, std::string>) {
+          o.*ptr = text;
+          return "";
+        } else if constexpr (std::is_same_v<T, int>) {
+          char* end = nullptr;
+          errno = 0;
+          long v = std::strtol(text.c_str(), &end, 10);
+          if (text.empty() || *end != '\0' || errno != 0 || v < INT32_MIN || v > INT32_MAX)
+            return "expected an integer";
+          o.*ptr = static_cast<int>(v);
+          return "";
+        } else {
+          char* end = nullptr;
+          errno = 0;
+          double v = std::strtod(text.c_str(), &end);
+          if (text.empty() || *end != '\0' || errno != 0 || !std::isfinite(v))
+            return "expected a finite number";
+          o.*ptr = v;
+          return "";
+        }
+      },
+      m);
+}
+
+const Field& FieldFor(const void* member_addr, const Options& o) {
+  for (const Field& f : Fields()) {
+    const void* addr = std::visit([&](auto ptr) -> const void* { return &(o.*ptr); }, f.member);
+    if (addr == member_addr) return f;
+  }
+  return Fields().front();
+}
+
+}  // namespace
+
+Options Options::FromEnv(std::string* error,
+                         const std::function<const char*(const char*)>& getenv) {
+  Options o;
+  if (error) error->clear();
+  for (const Field& f : Fields()) {
+    const std::string name = VarName(f);
+    const std::optional<std::string> v = core::GetEnv(name, getenv);
+    if (!v) continue;
+    std::string why = Parse(o, f.member, *v);
+    if (!why.empty() && error && error->empty()) *error = name + "='" + *v + "': " + why;
+  }
+  return o;
+}
+
+bool Options::IsValid(std::string* error) const {
+  auto fail = [&](const void* member, const std::string& why) {
+    if (error) {
+      const Field& f = FieldFor(member, *this);
+      *error = VarName(f) + "='" + ToString(*this, f.member) + "': " + why;
+    }
+    return false;
+  };
+  if (sidecar.empty()) return fail(&sidecar, "must not be empty");
+  if (profile.empty()) return fail(&profile, "must not be empty");
+  if (instance_type.empty()) return fail(&instance_type, "must not be empty");
+  if (instance_type.find_first_of(",\"\n\r") != std::string::npos)
+    return fail(&instance_type, "must not contain a comma, quote or newline");
+  if (measure_every < 1) return fail(&measure_every, "must be >= 1 (steps)");
+  if (warmup_steps < 0) return fail(&warmup_steps, "must be >= 0 (steps)");
+  if (!(gns_ema >= 0 && gns_ema < 1)) return fail(&gns_ema, "must be in [0, 1)");
+  if (max_local_batch < 0) return fail(&max_local_batch, "must be >= 0 (0 = no limit)");
+  if (!(refit_seconds > 0)) return fail(&refit_seconds, "must be > 0 (seconds)");
+  core::Goal goal;
+  if (!core::ParseGoal(objective, &goal))
+    return fail(&objective, "must be 'cost' or 'time'");
+  if (deadline_hours < 0) return fail(&deadline_hours, "must be >= 0 (hours, 0 = none)");
+  if (budget_usd < 0) return fail(&budget_usd, "must be >= 0 (USD, 0 = none)");
+  if (target_progress < 0) return fail(&target_progress, "must be >= 0");
+  if (!http.empty()) {
+    auto colon = http.rfind(':');
+    bool ok = colon != std::string::npos && colon > 0 && colon + 1 < http.size();
+    if (ok) {
+      char* end = nullptr;
+      long port = std::strtol(http.c_str() + colon + 1, &end, 10);
+      ok = *end == '\0' && port >= 0 && port <= 65535;
+    }
+    if (!ok) return fail(&http, "expected host:port with a port in 0..65535");
+  }
+  if (!(preemption_poll_seconds > 0))
+    return fail(&preemption_poll_seconds, "must be > 0 (seconds)");
+  if (straggler_every < 0) return fail(&straggler_every, "must be >= 0 (steps, 0 = off)");
+  if (log_level != "error" && log_level != "warn" && log_level != "info" && log_level != "debug")
+    return fail(&log_level, "must be error, warn, info or debug");
+  return true;
+}
+
+const std::vector<EnvVar>& EnvTable() {
+  static const std::vector<EnvVar> table = [] {
+    std::vector<EnvVar> t;
+    Options defaults;
+    for (const Field& f : Fields()) t.push_back({VarName(f), ToString(defaults, f.member), f.doc});
+    return t;
+  }();
+  return table;
+}
+
+}  // namespace cloudtune::runtime

@@ -1,0 +1,440 @@
+#include "plugin/runtime/runtime.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <sstream>
+
+#include "estimator/core/error.h"
+#include "estimator/core/trace.h"
+#include "plugin/runtime/http_server.h"
+#include "plugin/runtime/preemption.h"
+#include "plugin/runtime/state.h"
+#include "plugin/runtime/straggler.h"
+#include "plugin/runtime/tuner.h"
+
+namespace cloudtune::runtime {
+namespace {
+
+constexpr size_t kMaxNoiseHistory = 64;  // bounds the per-snapshot copy
+
+std::string Num(double v) {
+  std::ostringstream s;
+  s.precision(17);
+  s << v;
+  return s.str();
+}
+
+std::string StragglerKey(long long step, int rank) {
+  return "cloudtune/straggler/" + std::to_string(step) + "/" + std::to_string(rank);
+}
+
+// What a recommendation was computed from, so `cloudtune recommend --from` can re-run it.
+nlohmann::json InputsJson(const core::Snapshot& s, bool restored) {
+  std::ostringstream csv;
+  estimator::WriteTrace(csv, s.profile);
+  std::vector<double> batches;
+  for (const auto& o : s.noise_history)
+    if (std::find(batches.begin(), batches.end(), o.batch) == batches.end())
+      batches.push_back(o.batch);
+  return {{"step", s.step},
+          {"progress", s.progress},
+          {"noise",
+           {{"grad_sqr", s.noise.grad_sqr},
+            {"grad_var", s.noise.grad_var},
+            {"base_batch", s.noise.base_batch},
+            {"biased", s.noise.biased}}},
+          {"noise_history_batches", batches},
+          {"current",
+           {{"num_nodes", s.current.num_nodes},
+            {"num_replicas", s.current.num_replicas},
+            {"gpus_per_node", s.current_gpus_per_node()},
+            {"local_bsz", s.current.local_bsz},
+            {"accum_steps", s.current.accum_steps},
+            {"instance_type", s.current.instance_type}}},
+          {"restored", restored},
+          {"profile_csv", csv.str()}};
+}
+
+}  // namespace
+
+std::vector<core::Measurement> MergeProfiles(const std::vector<core::Measurement>& a,
+                                             const std::vector<core::Measurement>& b) {
+  if (a.empty()) return b;
+  std::map<core::ConfigKey, core::Measurement> by_key;
+  for (const auto* part : {&a, &b}) {
+    for (const auto& m : *part) {
+      auto it = by_key.find(m.key);
+      if (it == by_key.end()) {
+        by_key.emplace(m.key, m);
+        continue;
+      }
+      core::Measurement& o = it->second;
+      const double wo = std::max(1, o.rows), wm = std::max(1, m.rows);
+      o.step_time = (o.step_time * wo + m.step_time * wm) / (wo + wm);
+      o.sync_time = (o.sync_time * wo + m.sync_time * wm) / (wo + wm);
+      o.rows = static_cast<int>(wo + wm);
+    }
+  }
+  std::vector<core::Measurement> out;
+  out.reserve(by_key.size());
+  for (auto& [k, m] : by_key) out.push_back(std::move(m));
+  return out;
+}
+
+Runtime::Runtime(RuntimeSetup setup) : setup_(std::move(setup)), opt_(setup_.options) {
+  leader_ = setup_.rank == 0;
+  quiet_ = opt_.log_level == "error";
+  try {
+    catalog_ = search::ResolveCatalog(opt_.catalog);
+  } catch (const std::exception& e) {
+    catalog_error_ = e.what();
+    search_error_ = "catalog: " + catalog_error_;
+    catalog_ = search::DefaultCatalog();
+  }
+  try {
+    search_ = SearchOptionsFrom(opt_, &catalog_);
+  } catch (const std::exception& e) {
+    if (search_error_.empty()) search_error_ = std::string("CLOUDTUNE_CANDIDATES: ") + e.what();
+    search_.catalog = &catalog_;
+  }
+  if (setup_.customize) setup_.customize(&search_);
+  std::string why;
+  if (search_error_.empty() && !search_.IsValid(&why)) search_error_ = why;
+}
+
+Runtime::~Runtime() { StopThreads(); }
+
+void Runtime::Log(const std::string& line) const {
+  if (quiet_) return;
+  if (setup_.log)
+    setup_.log(line);
+  else
+    std::cerr << line + "\n" << std::flush;
+}
+
+void Runtime::Record(const std::string& kind, long long step, const nlohmann::json& rec) const {
+  if (setup_.record) setup_.record(kind, step, rec);
+}
+
+TunerResult Runtime::Decide(const core::Snapshot& s, const std::string& trigger) const {
+  if (!search_error_.empty()) throw InputError("tuner off: " + search_error_);
+  // After a notice every refit plans for the remaining fleet.
+  const bool preempted = preempted_.load() || trigger == "preemption";
+  RefitContext ctx{preempted ? "preemption" : trigger, 0};
+  // In a live job a straggler found (or recovered) since the snapshot was taken counts too.
+  const double factor =
+      straggler_on_ ? straggler_factor_.load(std::memory_order_relaxed) : s.straggler_factor;
+  TunerResult r;
+  if (factor != s.straggler_factor) {
+    core::Snapshot with = s;
+    with.straggler_factor = factor;
+    r = FitAndSearch(with, ctx, search_);
+  } else {
+    r = FitAndSearch(s, ctx, search_);
+  }
+  if (factor > 1) r.change_key += "|straggler";
+  r.recommendation["trigger"] = trigger;
+  if (preempted) r.change_key += "|preempted";
+  r.recommendation["inputs"] = InputsJson(s, restored_);
+  return r;
+}
+
+TunerResult Runtime::Refit(const core::Snapshot& s, const RefitContext& c) {
+  TunerResult r;
+  try {
+    r = Decide(s, c.trigger);
+  } catch (...) {
+    Save(s, nullptr);
+    throw;
+  }
+  Save(s, &r.recommendation);
+  return r;
+}
+
+// ---- state ----
+
+void Runtime::RestoreState() {
+  const std::string& path = opt_.state;
+  if (path.empty()) return;
+  const bool restarted = setup_.launch.restart_count > 0;
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec) && !restarted) return;
+  LoadResult r = LoadState(path, "");
+  if (r.status == LoadStatus::kRejected) {
+    Log("cloudtune: ignoring saved state: " + r.message);
+    return;
+  }
+  if (r.status != LoadStatus::kLoaded || !r.state) {
+    if (restarted) Log("cloudtune: restart without saved state '" + path + "'");
+    return;
+  }
+  base_ = RestoreSnapshot(*r.state);
+  if (base_.noise_history.size() > kMaxNoiseHistory)  // bounded across many restarts
+    base_.noise_history.erase(base_.noise_history.begin(),
+                              base_.noise_history.end() - kMaxNoiseHistory);
+  restored_ = true;
+  Log("cloudtune: restored state from " + path + ": " + std::to_string(base_.profile.size()) +
+      " configuration(s), step " + std::to_string(base_.step) + ", progress " +
+      Num(base_.progress) + " B0-steps");
+}
+
+void Runtime::Save(const core::Snapshot& s, const nlohmann::json* recommendation) {
+  if (opt_.state.empty()) return;
+  std::lock_guard<std::mutex> lock(save_mu_);
+  std::string error;
+  if (!SaveState(opt_.state, MakeSavedState(s, recommendation, ""), &error)) {
+    if (!save_error_logged_) Log("cloudtune: cannot save state: " + error);
+    save_error_logged_ = true;
+  }
+}
+
+void Runtime::SaveFinal(const core::Snapshot* last) {
+  if (opt_.state.empty()) return;
+  try {
+    auto latest = tuner_ ? tuner_->LatestSnapshot() : nullptr;
+    if (!latest && !restored_) return;  // nothing measured, nothing learned
+    core::Snapshot p = last ? *last : (latest ? *latest : base_);
+    p.current = latest ? latest->current : base_.current;
+    auto s = last ? Convert(p) : std::make_shared<const core::Snapshot>(p);
+    auto rec = tuner_ ? tuner_->Latest() : nullptr;
+    Save(*s, rec.get());
+  } catch (const std::exception& e) {
+    Log(std::string("cloudtune: cannot save state: ") + e.what());
+  }
+}
+
+// ---- what the plugin measured → the tuner's snapshot (training thread; O(configurations)) ----
+
+std::shared_ptr<const core::Snapshot> Runtime::Convert(const core::Snapshot& p) {
+  auto s = std::make_shared<core::Snapshot>(p);
+  const double batch = static_cast<double>(p.current.global_batch());
+  const long long steps = std::max<long long>(0, p.step - last_step_);
+  last_step_ = std::max(last_step_, p.step);
+  const core::NoiseState& noise = p.noise_valid || !restored_ ? p.noise : base_.noise;
+  const bool have_noise = (p.noise_valid || restored_) && noise.usable();
+  // Progress in B0-steps: each step at batch B advances Gain(B) (1 before the noise is known).
+  double gain = 1;
+  if (have_noise && batch > 0) gain = estimator::Gain(noise, batch);
+  if (std::isfinite(gain) && gain > 0) progress_ += static_cast<double>(steps) * gain;
+  if (p.noise_valid && batch > 0) {
+    history_.push_back({batch, base_.progress + progress_,
+                        static_cast<double>(base_.step + p.step), p.noise.grad_sqr,
+                        p.noise.grad_var});
+    if (history_.size() > kMaxNoiseHistory) history_.pop_front();
+  }
+  s->step = base_.step + p.step;
+  s->progress = base_.progress + progress_;
+  s->profile = MergeProfiles(base_.profile, p.profile);
+  s->noise = noise;
+  s->noise_valid = have_noise;
+  s->noise_history = base_.noise_history;
+  s->noise_history.insert(s->noise_history.end(), history_.begin(), history_.end());
+  s->straggler_factor = straggler_factor_.load(std::memory_order_relaxed);
+  step_.store(s->step, std::memory_order_relaxed);
+  return s;
+}
+
+// ---- a live job ----
+
+void Runtime::Start() {
+  if (started_.exchange(true)) return;
+  try {
+    if (leader_) {
+      RestoreState();
+      StartTuner();
+    }
+    StartPreemption();  // before the HTTP server, whose /metrics reads the watcher's flag
+    if (leader_) StartHttp();
+    StartStraggler();
+  } catch (const std::exception& e) {
+    Log(std::string("cloudtune: online tuner not started: ") + e.what());
+  }
+}
+
+void Runtime::StartTuner() {
+  TunerOptions to;
+  to.refit_seconds = opt_.refit_seconds;
+  tuner_ = std::make_unique<Tuner>(
+      to, [this](const core::Snapshot& s, const RefitContext& c) { return Refit(s, c); },
+      [this](const std::string& kind, const nlohmann::json& record) {
+        Record(kind, record.value("step", 0LL), record);
+      },
+      [this](const std::string& line) { Log(line); });
+  tuner_->Start();
+  if (restored_) {
+    tuner_->Offer(std::make_shared<const core::Snapshot>(base_));
+    tuner_->RequestRefit("restored");
+  }
+}
+
+void Runtime::Observe(const core::Snapshot& measured) {
+  if (!tuner_ || stopped_) return;
+  tuner_->Offer(Convert(measured));
+}
+
+void Runtime::StartHttp() {
+  if (opt_.http.empty() || !tuner_) return;
+  HttpOptions ho;
+  std::string error;
+  if (!HttpOptions::Parse(opt_.http, &ho, &error)) {
+    Log("cloudtune: CLOUDTUNE_HTTP='" + opt_.http + "': " + error + "; endpoint off");
+    return;
+  }
+  auto server = std::make_unique<HttpServer>(
+      ho, MakeHttpProviders(*tuner_, [this](MetricsSnapshot* m) {
+        m->preemption_notice = ShouldCheckpoint() ? 1 : 0;
+      }));
+  if (!server->Start(&error)) {
+    Log("cloudtune: http: " + error + "; endpoint off");
+    return;
+  }
+  http_ = std::move(server);
+  Log("cloudtune: serving /v1/recommendation, /v1/profile and /metrics on " + ho.host + ":" +
+      std::to_string(http_->BoundPort()));
+}
+
+void Runtime::StartPreemption() {
+  if (opt_.preemption_url.empty()) return;
+  PreemptionOptions po;
+  po.url = opt_.preemption_url;
+  po.poll_seconds = opt_.preemption_poll_seconds;
+  auto watcher = std::make_unique<PreemptionWatcher>(
+      po,
+      [this](const PreemptionNotice& n) {
+        if (!leader_) return;
+        nlohmann::json rec = n.ToJson();
+        rec["notice_time"] = rec["time"];  // the record's "time" is the sidecar's clock
+        rec.erase("time");
+        Record("preemption", step_.load(std::memory_order_relaxed), rec);
+        preempted_ = true;  // the watcher logged the notice
+        if (tuner_) tuner_->RequestRefit("preemption");
+      },
+      leader_ ? PreemptionWatcher::LogFn([this](const std::string& l) { Log(l); })
+              : PreemptionWatcher::LogFn());
+  std::string error;
+  if (!watcher->Start(&error)) {
+    if (leader_) Log("cloudtune: preemption watcher off: " + error);
+    return;
+  }
+  preemption_ = std::move(watcher);
+}
+
+bool Runtime::ShouldCheckpoint() const { return preemption_ && preemption_->should_checkpoint(); }
+
+std::shared_ptr<const nlohmann::json> Runtime::Latest() const {
+  return tuner_ ? tuner_->Latest() : nullptr;
+}
+
+std::shared_ptr<const core::Snapshot> Runtime::LatestSnapshot() const {
+  return tuner_ ? tuner_->LatestSnapshot() : nullptr;
+}
+
+// ---- stragglers ----
+
+void Runtime::StartStraggler() {
+  if (opt_.straggler_every <= 0 || setup_.world_size < 2 || !setup_.store) return;
+  if (leader_) {
+    StragglerOptions so;
+    so.every_steps = opt_.straggler_every;
+    detector_ = std::make_unique<StragglerDetector>(so);
+  }
+  straggler_on_ = true;
+  strag_thread_ = std::thread([this] { StragglerLoop(); });
+}
+
+void Runtime::StepTimes(long long step, double step_time, double compute_time) {
+  if (!straggler_on_) return;
+  if (step_time >= 0 && std::isfinite(step_time) && std::isfinite(compute_time)) {
+    win_step_ += step_time;
+    win_compute_ += compute_time;
+    ++win_n_;
+  }
+  if (step % opt_.straggler_every != 0) return;
+  Window w{step, win_n_ ? win_compute_ / win_n_ : -1.0, win_n_ ? win_step_ / win_n_ : -1.0};
+  win_step_ = win_compute_ = 0;
+  win_n_ = 0;
+  {
+    std::lock_guard<std::mutex> lock(strag_mu_);
+    if (strag_queue_.size() < 64) strag_queue_.push_back(w);  // bounded: drop when stuck
+  }
+  strag_cv_.notify_one();
+}
+
+// Background thread: publish this rank's windows; rank 0 also gathers and detects.
+void Runtime::StragglerLoop() {
+  for (;;) {
+    Window w;
+    {
+      std::unique_lock<std::mutex> lock(strag_mu_);
+      strag_cv_.wait(lock, [&] { return strag_stop_ || !strag_queue_.empty(); });
+      if (strag_queue_.empty()) return;  // stopped and drained
+      w = strag_queue_.front();
+      strag_queue_.pop_front();
+    }
+    try {
+      GatherWindow(w);
+    } catch (const std::exception& e) {
+      if (!gather_error_logged_ && leader_)
+        Log(std::string("cloudtune: straggler gather: ") + e.what());
+      gather_error_logged_ = true;
+      std::lock_guard<std::mutex> lock(strag_mu_);
+      if (strag_stop_) return;
+    }
+  }
+}
+
+void Runtime::GatherWindow(const Window& w) {
+  setup_.store->Set(StragglerKey(w.step, setup_.rank), Num(w.compute) + "," + Num(w.step_time));
+  if (!leader_) return;
+  RankWindow rw;
+  rw.step = w.step;
+  for (int r = 0; r < setup_.world_size; ++r) {
+    const std::string key = StragglerKey(w.step, r);
+    const std::string got = setup_.store->Get(key);  // waits (store timeout)
+    setup_.store->Delete(key);
+    double c = -1, st = -1;
+    std::sscanf(got.c_str(), "%lf,%lf", &c, &st);
+    rw.compute_time.push_back(c);
+    rw.step_time.push_back(st);
+  }
+  const auto reports = detector_->AddWindow(rw);
+  for (const auto& rep : reports) {
+    Record("straggler", w.step, rep.ToJson());
+    char buf[200];
+    std::snprintf(buf, sizeof buf,
+                  "cloudtune: straggler: rank %d computes %.0f%% slower than the others "
+                  "(%d of %d windows); the job runs at 1/%.2f of its speed",
+                  rep.rank, (rep.ratio - 1) * 100, rep.hits, rep.windows, rep.factor);
+    Log(buf);
+  }
+  const double before = straggler_factor_.exchange(detector_->Factor());
+  // A new straggler, or the last one recovered: refit now.
+  if (tuner_ && (!reports.empty() || (before > 1 && detector_->Factor() <= 1)))
+    tuner_->RequestRefit("straggler");
+}
+
+void Runtime::Stop(const core::Snapshot* last) {
+  if (!started_ || stopped_.exchange(true)) return;
+  StopThreads();
+  if (leader_) SaveFinal(last);
+}
+
+void Runtime::StopThreads() {
+  // Order: nothing calls into the tuner or the record sink after it is stopped.
+  if (preemption_) preemption_->Stop();
+  {
+    std::lock_guard<std::mutex> lock(strag_mu_);
+    strag_stop_ = true;
+    if (leader_) strag_queue_.clear();  // other ranks drain theirs, so rank 0 never waits
+  }
+  strag_cv_.notify_all();
+  if (strag_thread_.joinable()) strag_thread_.join();
+  if (http_) http_->Stop();
+  if (tuner_) tuner_->Stop();
+}
+
+}  // namespace cloudtune::runtime

@@ -1,0 +1,158 @@
+#include "cli/replay/replay.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "estimator/core/error.h"
+#include "search/cost.h"
+#include "tests/shared_data.h"
+
+namespace cloudtune::replay {
+namespace {
+
+const std::string kScenarios = std::string(CLOUDTUNE_SOURCE_DIR) + "/data/scenarios";
+
+std::string ErrorOf(const nlohmann::json& j) {
+  try {
+    ParseScenario(j, "s.json", kScenarios);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+nlohmann::json Base() {
+  std::ifstream f(kScenarios + "/pollux-cifar10-g4dn.json");
+  nlohmann::json j;
+  f >> j;
+  return j;
+}
+
+TEST(Replay, DeterministicForASeedAndOracleNotBeaten) {
+  CLOUDTUNE_NEEDS_SHARED_DATA();
+  Scenario s = LoadScenario(kScenarios + "/pollux-cifar10-g4dn.json");
+  auto a = RunReplay(s, 7), b = RunReplay(s, 7);
+  ASSERT_EQ(a.size(), 7u);
+  double oracle = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].policy, b[i].policy);
+    EXPECT_DOUBLE_EQ(a[i].cost, b[i].cost);
+    EXPECT_DOUBLE_EQ(a[i].makespan_h, b[i].makespan_h);
+    EXPECT_EQ(a[i].switches, b[i].switches);
+    EXPECT_TRUE(a[i].finished);
+    if (a[i].policy == "oracle") oracle = a[i].cost;
+  }
+  ASSERT_GT(oracle, 0);
+  // Nobody beats the oracle by more than the measurement noise (5%).
+  for (auto& r : a) EXPECT_GE(r.cost, oracle * 0.95) << r.policy;
+}
+
+TEST(Replay, CloudtuneBeatsFixedOnDemand) {
+  CLOUDTUNE_NEEDS_SHARED_DATA();
+  Scenario s = LoadScenario(kScenarios + "/pollux-imagenet-g4dn.json");
+  auto res = RunReplay(s, 1);
+  double ct = 0, fixed = 0;
+  for (auto& r : res) {
+    if (r.policy == "cloudtune") ct = r.cost;
+    if (r.policy == "fixed-on-demand") fixed = r.cost;
+  }
+  EXPECT_LT(ct, 0.4 * fixed);
+}
+
+// Revocations: the same thresholds for every policy (common random numbers), and the work lost to
+// one is bounded by the checkpoint interval (time since the last checkpoint carries over between
+// decision windows).
+TEST(Replay, RevocationLossIsBoundedByTheCheckpointInterval) {
+  CLOUDTUNE_NEEDS_SHARED_DATA();
+  std::ifstream f(kScenarios + "/pollux-imagenet-g4dn.json");
+  nlohmann::json j;
+  f >> j;
+  j["decision_interval_s"] = 300;  // shorter than the checkpoint interval below
+  auto with_rate = [&](double rate) {
+    nlohmann::json k = j;
+    k["catalog_extra"] = nlohmann::json::array({{{"cloud", "aws"},
+                                                 {"region", "us-east-1"},
+                                                 {"instance_type", "g4dn.12xlarge"},
+                                                 {"gpu_model", "T4"},
+                                                 {"gpus", 4},
+                                                 {"network_gbps", 50},
+                                                 {"ondemand_usd_per_hour", 3.912},
+                                                 {"spot_usd_per_hour", 1.244},
+                                                 {"revocation_per_hour", rate}}});
+    return ParseScenario(k, "s.json", kScenarios);
+  };
+  const Scenario risky = with_rate(0.05), safe = with_rate(0);
+  auto cheapest = [](const std::vector<PolicyResult>& rs) {
+    for (const auto& r : rs)
+      if (r.policy == "cheapest-spot") return r;
+    return PolicyResult{};
+  };
+  const auto a = RunReplay(risky, 4), b = RunReplay(risky, 4);
+  const PolicyResult hi = cheapest(a), lo = cheapest(RunReplay(safe, 4));
+  EXPECT_EQ(hi.revocations, cheapest(b).revocations);
+  EXPECT_DOUBLE_EQ(hi.cost, cheapest(b).cost);
+  ASSERT_GE(hi.revocations, 2);  // 16 spot nodes at 0.05/h for ~10 h
+  EXPECT_EQ(lo.revocations, 0);
+  for (const auto& r : a) {
+    EXPECT_TRUE(r.finished) << r.policy;
+    if (r.policy == "fixed-on-demand") {
+      EXPECT_EQ(r.revocations, 0);
+    }
+  }
+  // Each revocation loses at most one checkpoint interval (+ one 60 s simulation step) and the
+  // restart; checkpoints cost checkpoint_s each.
+  const double tau_s = YoungDalyInterval(risky.cost.checkpoint_s, 16 * 0.05);
+  const double bound_h = hi.revocations * (tau_s + 60 + risky.cost.restart_s) / 3600 +
+                         (hi.makespan_h * 3600 / tau_s + 1) * risky.cost.checkpoint_s / 3600;
+  EXPECT_GT(hi.makespan_h, lo.makespan_h);
+  EXPECT_LE(hi.makespan_h - lo.makespan_h, bound_h);
+}
+
+TEST(Replay, BadScenarioMessages) {
+  CLOUDTUNE_NEEDS_SHARED_DATA();
+  auto j = Base();
+  j["schema"] = "x";
+  EXPECT_EQ(ErrorOf(j), "s.json: schema: expected \"cloudtune.scenario/1\"");
+  j = Base();
+  j["traces"][0]["instance_type"] = "nope";
+  EXPECT_EQ(ErrorOf(j), "s.json: traces[0]: instance_type: 'nope' is not in the catalog");
+  j = Base();
+  j["traces"][0].erase("csv");
+  EXPECT_EQ(ErrorOf(j), "s.json: traces[0]: needs 'csv' or 'gavel'");
+  j = Base();
+  j["start"]["local_bsz"] = 3;
+  EXPECT_EQ(ErrorOf(j),
+            "s.json: start: 2x g4dn.12xlarge (4 GPUs/node) on-demand, batch 3x8 = 24 is not a "
+            "traced configuration");
+  j = Base();
+  j["objective"]["goal"] = "speed";
+  EXPECT_EQ(ErrorOf(j), "s.json: objective: goal: 'speed' (expected cost or time)");
+  j = Base();
+  j["decision_interval_s"] = 0;
+  EXPECT_EQ(ErrorOf(j), "s.json: decision_interval_s: must be > 0");
+  j = Base();
+  j["noise"].erase("validation_csv");
+  EXPECT_EQ(ErrorOf(j), "s.json: noise: missing field 'validation_csv'");
+  j = Base();
+  j["catalog_extra"] = nlohmann::json::array({{{"cloud", "aws"},
+                                               {"region", "r"},
+                                               {"instance_type", "k"},
+                                               {"gpu_model", "K80"},
+                                               {"gpus", 8},
+                                               {"ondemand_usd_per_hour", -7}}});
+  EXPECT_EQ(ErrorOf(j), "s.json: catalog_extra[0]:2: k: ondemand_usd_per_hour: negative value -7");
+  EXPECT_EQ(
+      [] {
+        try {
+          LoadScenario("/nonexistent.json");
+        } catch (const InputError& e) {
+          return std::string(e.what());
+        }
+        return std::string();
+      }(),
+      "/nonexistent.json: cannot open");
+}
+
+}  // namespace
+}  // namespace cloudtune::search
