@@ -19,6 +19,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include "estimator/core/stats.h"
 #include "examples/fashion_mnist.h"
 #include "hooks/grad_norm.h"
 
@@ -111,10 +112,7 @@ void Replica(int rank, const Args& a, c10d::ProcessGroup* pg, const std::string&
 double Mean(const std::vector<double>& v) {
   return std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size());
 }
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
+using cloudtune::core::Median;
 
 void StepOverhead(const Args& a) {
   const std::string dir = (std::filesystem::temp_directory_path() / "cloudtune-bench").string();

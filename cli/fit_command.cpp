@@ -10,6 +10,7 @@
 
 #include "cli/commands.h"
 #include "estimator/core/error.h"
+#include "estimator/core/json_file.h"
 #include "estimator/throughput.h"
 #include "estimator/core/trace.h"
 
@@ -28,17 +29,7 @@ struct PredictArgs {
 };
 
 estimator::ThroughputModel ReadModel(const std::string& path) {
-  std::ifstream f(path);
-  if (!f) throw InputError(path + ": cannot open");
-  std::stringstream buf;
-  buf << f.rdbuf();
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(buf.str());
-  } catch (const nlohmann::json::parse_error& e) {
-    throw InputError(path + ": not valid JSON (" + std::string(e.what()) + ")");
-  }
-  return estimator::ThroughputModel::FromJson(j, path);
+  return estimator::ThroughputModel::FromJson(core::ReadJsonFile(path), path);
 }
 
 void RunFit(const FitArgs& a) {

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "cloudtune/cloudtune.h"
+#include "estimator/core/atomic_file.h"
 #include "plugin/torch/plugin.h"
 
 namespace cloudtune::examples {
@@ -40,26 +41,18 @@ struct NetImpl : torch::nn::Module {
 };
 TORCH_MODULE(Net);
 
-// Decompresses SRC.gz to DST (write to a temporary, then rename: safe with concurrent workers).
+// Decompresses SRC.gz to DST (atomically: safe with concurrent workers).
 inline void Gunzip(const std::string& src, const std::string& dst) {
   gzFile in = gzopen(src.c_str(), "rb");
   if (!in) throw std::runtime_error("cannot open " + src);
-  const std::string tmp = dst + ".tmp." + std::to_string(::getpid());
-  FILE* out = std::fopen(tmp.c_str(), "wb");
-  if (!out) {
-    gzclose(in);
-    throw std::runtime_error("cannot write " + tmp);
-  }
+  std::string data;
   std::vector<char> buf(1 << 16);
   int n;
   while ((n = gzread(in, buf.data(), static_cast<unsigned>(buf.size()))) > 0)
-    std::fwrite(buf.data(), 1, static_cast<size_t>(n), out);
-  const bool ok = n == 0 && std::fclose(out) == 0;
+    data.append(buf.data(), static_cast<size_t>(n));
   gzclose(in);
-  if (!ok || std::rename(tmp.c_str(), dst.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    throw std::runtime_error("cannot decompress " + src);
-  }
+  if (n != 0) throw std::runtime_error("cannot decompress " + src);
+  core::WriteFileAtomicallyOrThrow(dst, data);
 }
 
 // Makes sure the four IDX files exist uncompressed in `cache` (taken from `source`, where they may

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "estimator/core/error.h"
+#include "estimator/core/json_file.h"
 #include "plugin/runtime/runtime.h"
 
 namespace cloudtune::replay {
@@ -29,14 +30,7 @@ std::vector<core::Measurement> ReadGavel(const nlohmann::json& g, const std::str
   for (const char* k : {"file", "gpu", "model", "nodes", "replicas"})
     if (!g.contains(k)) throw InputError(where + ": missing field '" + std::string(k) + "'");
   const std::string path = JoinPath(dir, g["file"].get<std::string>());
-  std::ifstream f(path);
-  if (!f) throw InputError(path + ": cannot open");
-  nlohmann::json data;
-  try {
-    f >> data;
-  } catch (const std::exception& e) {
-    throw InputError(path + ": not JSON: " + e.what());
-  }
+  const nlohmann::json data = core::ReadJsonFile(path);
   const int nodes = g["nodes"].get<int>(), replicas = g["replicas"].get<int>();
   if (nodes < 1 || replicas < nodes || replicas % nodes)
     throw InputError(where + ": nodes/replicas: need replicas a positive multiple of nodes");
@@ -432,9 +426,8 @@ Scenario ParseScenario(const nlohmann::json& j, const std::string& name,
   if (j.contains("objective")) {
     const auto& o = j["objective"];
     const std::string g = o.value("goal", std::string("cost"));
-    if (g != "cost" && g != "time")
+    if (!core::ParseGoal(g, &s.objective.goal))
       throw InputError(name + ": objective: goal: '" + g + "' (expected cost or time)");
-    s.objective.goal = g == "cost" ? Goal::kCost : Goal::kTime;
     s.objective.deadline_h = NumberField(o, "deadline_h", 0, name + ": objective", false);
     s.objective.budget_usd = NumberField(o, "budget_usd", 0, name + ": objective", false);
   }
@@ -496,14 +489,7 @@ search::Recommendation CloudtuneDecide(const runtime::Runtime& rt, const JobView
 }
 
 Scenario LoadScenario(const std::string& path) {
-  std::ifstream f(path);
-  if (!f) throw InputError(path + ": cannot open");
-  nlohmann::json j;
-  try {
-    f >> j;
-  } catch (const std::exception& e) {
-    throw InputError(path + ": not JSON: " + e.what());
-  }
+  const nlohmann::json j = core::ReadJsonFile(path);
   const size_t slash = path.find_last_of('/');
   return ParseScenario(j, path, slash == std::string::npos ? "." : path.substr(0, slash));
 }

@@ -10,8 +10,9 @@ namespace cloudtune::core {
 nlohmann::json ParseJson(const std::string& text, const std::string& source) {
   try {
     return nlohmann::json::parse(text);
-  } catch (const std::exception& e) {
-    throw InputError(source + ": not JSON: " + e.what());
+  } catch (const nlohmann::json::parse_error& e) {
+    throw InputError(source + ": not valid JSON (corrupt or truncated at byte " +
+                     std::to_string(e.byte) + "): " + e.what());
   }
 }
 

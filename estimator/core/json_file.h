@@ -8,7 +8,7 @@
 namespace cloudtune::core {
 
 // Parses the file at `path`. Throws cloudtune::InputError "PATH: cannot open" or
-// "PATH: not JSON: <parser message with byte position>".
+// "PATH: not valid JSON (corrupt or truncated at byte N): <parser message>".
 nlohmann::json ReadJsonFile(const std::string& path);
 
 // Parses `text` read from `source` (named in the error).

@@ -173,6 +173,7 @@ TunerResult FitAndSearch(const Snapshot& s, const RefitContext& ctx,
   const search::Recommendation r = search::Recommend(req);
   TunerResult out;
   out.decision = r;
+  out.efficiency = std::make_shared<const estimator::EfficiencyModel>(*req.efficiency);
   out.recommendation = r.ToJson();
   auto& j = out.recommendation;
   // The throughput model of the current type, exactly as the search used it.

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -43,6 +44,8 @@ struct TunerResult {
   std::string log_line;
   // The decision itself (action, proposed configuration, evaluations) for callers that act on it.
   search::Recommendation decision;
+  // The statistical-efficiency model it decided with.
+  std::shared_ptr<const estimator::EfficiencyModel> efficiency;
 };
 
 struct FitAndSearchOptions {

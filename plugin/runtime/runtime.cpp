@@ -152,7 +152,18 @@ TunerResult Runtime::Refit(const core::Snapshot& s, const RefitContext& c) {
     throw;
   }
   Save(s, &r.recommendation);
+  std::atomic_store(&efficiency_, r.efficiency);
   return r;
+}
+
+estimator::BatchSizeDecision Runtime::AdviseBatch(
+    const estimator::BatchSizeController& controller, int replicas,
+    const estimator::BatchSizeController::StepTimeFn& step, const core::NoiseState& now,
+    double progress, int local_bsz, int accum_steps) const {
+  const auto fitted = std::atomic_load(&efficiency_);
+  if (fitted && !fitted->single_batch())
+    return controller.Recommend(replicas, step, *fitted, progress, local_bsz, accum_steps);
+  return controller.Recommend(replicas, step, now, local_bsz, accum_steps);
 }
 
 // ---- state ----

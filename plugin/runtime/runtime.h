@@ -35,6 +35,7 @@
 
 #include "estimator/core/env.h"
 #include "estimator/core/types.h"
+#include "estimator/batch_size.h"
 #include "plugin/runtime/fit_and_search.h"
 #include "plugin/runtime/options.h"
 #include "search/catalog.h"
@@ -112,6 +113,14 @@ class Runtime {
   std::shared_ptr<const nlohmann::json> Latest() const;
   std::shared_ptr<const core::Snapshot> LatestSnapshot() const;
   const Tuner* tuner() const { return tuner_.get(); }
+  // In-process batch advice (the examples' --adaptive-batch): `controller` with the efficiency
+  // model the last refit decided with when that refit had seen two or more batch sizes (the drift
+  // model), else the noise state `now` as it is. Never fits: safe on the training thread.
+  estimator::BatchSizeDecision AdviseBatch(const estimator::BatchSizeController& controller,
+                                           int replicas,
+                                           const estimator::BatchSizeController::StepTimeFn& step,
+                                           const core::NoiseState& now, double progress,
+                                           int local_bsz, int accum_steps) const;
 
  private:
   struct Window {
@@ -144,6 +153,7 @@ class Runtime {
   std::atomic<bool> started_{false}, stopped_{false};
   std::atomic<bool> preempted_{false};  // a notice was seen (rank 0)
   std::unique_ptr<Tuner> tuner_;
+  std::shared_ptr<const estimator::EfficiencyModel> efficiency_;  // atomic_* access only
   std::unique_ptr<HttpServer> http_;
   std::unique_ptr<PreemptionWatcher> preemption_;
 

@@ -12,6 +12,7 @@
 
 #include "estimator/core/atomic_file.h"
 #include "estimator/core/error.h"
+#include "estimator/core/json_file.h"
 #include "plugin/runtime/detail/time.h"
 
 namespace cloudtune::runtime {
@@ -213,10 +214,9 @@ LoadResult LoadState(const std::string& path, const std::string& expected_job_id
   }
   json doc;
   try {
-    doc = json::parse(text);
-  } catch (const json::parse_error& e) {
-    r.message = path + ": not valid JSON (corrupt or truncated at byte " + std::to_string(e.byte) +
-                "); ignored";
+    doc = core::ParseJson(text, path);
+  } catch (const InputError& e) {
+    r.message = std::string(e.what()) + "; ignored";
     return r;
   }
   try {

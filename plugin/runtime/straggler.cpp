@@ -3,17 +3,10 @@
 #include <algorithm>
 #include <cmath>
 
+#include "estimator/core/stats.h"
+
 namespace cloudtune::runtime {
 namespace {
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  const size_t n = v.size() / 2;
-  std::nth_element(v.begin(), v.begin() + n, v.end());
-  double m = v[n];
-  if (v.size() % 2 == 0) m = (m + *std::max_element(v.begin(), v.begin() + n)) / 2;
-  return m;
-}
 
 bool AllFiniteNonNegative(const std::vector<double>& v) {
   for (double x : v)
@@ -71,7 +64,7 @@ std::vector<StragglerReport> StragglerDetector::AddWindow(const RankWindow& w) {
     others.clear();
     for (int q = 0; q < n; ++q)
       if (q != r) others.push_back(w.compute_time[q]);
-    const double med = Median(others);
+    const double med = core::Median(others, 0.0);
     ratio[r] = med > 0 ? w.compute_time[r] / med : 1.0;
     // A window where the rank does not exceed the absolute floor counts as not slow.
     if (w.compute_time[r] - med < options_.min_excess_seconds) ratio[r] = std::min(ratio[r], 1.0);
@@ -124,7 +117,7 @@ std::vector<int> StragglerDetector::Stragglers() const {
 double StragglerDetector::Factor() const {
   if (history_.empty()) return 1;
   const auto& c = history_.back().compute_time;
-  const double med = Median(c);
+  const double med = core::Median(c, 0.0);
   if (!(med > 0)) return 1;
   double worst = med;
   for (int r = 0; r < static_cast<int>(flagged_.size()); ++r)

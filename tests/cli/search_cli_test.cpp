@@ -292,7 +292,8 @@ TEST(ReplayCli, BadScenarios) {
       {"replay /nonexistent/s.json", "cloudtune: error: /nonexistent/s.json: cannot open\n"},
       {"replay " + malformed,
        "cloudtune: error: " + malformed +
-           ": not JSON: [json.exception.parse_error.101] parse error at line 2, column 1: syntax "
+           ": not valid JSON (corrupt or truncated at byte 2): [json.exception.parse_error.101] "
+           "parse error at line 2, column 1: syntax "
            "error while parsing object key - unexpected end of input; expected string literal\n"},
       {"replay " + no_start, "cloudtune: error: " + no_start + ": start: missing\n"},
       {"replay " + no_traces, "cloudtune: error: " + no_traces + ": traces: missing or empty\n"},
