@@ -4,6 +4,8 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+#include <string>
 
 namespace cloudtune::cli {
 
@@ -11,6 +13,12 @@ void RegisterFitCommands(CLI::App& app);     // fit, predict           (fit_comm
 void RegisterStepsCommand(CLI::App& app);    // steps                  (steps_command.cpp)
 void RegisterRecommendCommand(CLI::App& app);  // recommend          (recommend_command.cpp)
 void RegisterReplayCommand(CLI::App& app);     // replay             (replay/replay_command.cpp)
+void RegisterReportCommand(CLI::App& app);     // report             (report_command.cpp)
+void RegisterStatusCommand(CLI::App& app);     // status             (status_command.cpp)
+
+// `recommend --from PATH --format json --pareto`: the job's own search re-run on what the sidecar
+// or state file at `path` recorded (recommend_command.cpp). Throws cloudtune::InputError.
+nlohmann::json RecommendFromRecorded(const std::string& path);
 
 // Writes `text` to `path` atomically (core::WriteFileAtomicallyOrThrow), or to stdout when `path`
 // is empty. Throws cloudtune::InputError if it cannot.

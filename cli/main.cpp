@@ -7,6 +7,7 @@
 #include "cli/commands.h"
 #include "estimator/core/atomic_file.h"
 #include "estimator/core/error.h"
+#include "estimator/core/version.h"
 
 namespace cloudtune::cli {
 
@@ -30,10 +31,13 @@ double ParseNumber(const std::string& text, const std::string& what) {
 int main(int argc, char** argv) {
   CLI::App app{"cloudtune: fit, predict and search training configurations offline"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("cloudtune ") + cloudtune::core::Version());
   cloudtune::cli::RegisterFitCommands(app);
   cloudtune::cli::RegisterStepsCommand(app);
   cloudtune::cli::RegisterRecommendCommand(app);
   cloudtune::cli::RegisterReplayCommand(app);
+  cloudtune::cli::RegisterReportCommand(app);
+  cloudtune::cli::RegisterStatusCommand(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

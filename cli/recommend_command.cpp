@@ -1,11 +1,13 @@
 // cloudtune recommend: the job's own fit-and-search (runtime::Runtime::Decide) on a profile and
-// a noise state given as files and flags.
+// a noise state given as files and flags, or on what a job recorded (--from SIDECAR|STATE).
 #include <cmath>
 #include <iostream>
 #include <memory>
+#include <set>
 #include <sstream>
 
 #include "cli/commands.h"
+#include "cli/sidecar_reader.h"
 #include "estimator/core/env.h"
 #include "estimator/core/error.h"
 #include "estimator/core/json_file.h"
@@ -18,7 +20,9 @@ namespace {
 
 struct RecArgs {
   std::vector<std::string> profile;
-  std::string gns, catalog, candidates, objective = "cost", format = "json", current, type, out;
+  std::string gns, catalog, candidates, objective = "cost", format = "table", current, type, out;
+  std::string from;                 // a sidecar or state file whose recorded inputs are the default
+  std::set<std::string> given;      // the flags given on the command line
   double deadline = 0, budget = 0, target = 0, progress = 0, spent = 0, explored = 0;
   int max_nodes = 16, max_local_bsz = 256, min_local_bsz = 8, max_accum = 3;
   bool pareto = false;
@@ -118,7 +122,7 @@ void Validate(const RecArgs& a) {
     m << "--exploration-spent: " << a.explored << " exceeds --spent " << a.spent;
     throw InputError(m.str());
   }
-  if (!(a.target > 0) || !std::isfinite(a.target)) {
+  if (a.from.empty() && (!(a.target > 0) || !std::isfinite(a.target))) {
     std::ostringstream m;
     m << "--target-progress: must be > 0, got " << a.target;
     throw InputError(m.str());
@@ -189,14 +193,82 @@ nlohmann::json Pareto(const runtime::Runtime& rt, const core::Snapshot& snap,
   const search::Config cur = r.current.config;
   if (r.has_current) p.current = &cur;
   nlohmann::json front = nlohmann::json::array();
-  for (const auto& e : search::ParetoFront(p))
-    front.push_back(
-        {{"description", e.config.ToString()}, {"hours", e.hours}, {"cost_usd", e.cost}});
+  for (const auto& e : search::ParetoFront(p)) {
+    const double lo = std::exp(-e.log_sigma), hi = std::exp(e.log_sigma);
+    front.push_back({{"description", e.config.ToString()},
+                     {"hours", e.hours},
+                     {"cost_usd", e.cost},
+                     {"hours_range", {e.hours * lo, e.hours * hi}},
+                     {"cost_range", {e.cost * lo, e.cost * hi}},
+                     {"feasible", e.feasible}});
+  }
   return front;
+}
+
+std::string Render(const RecArgs& a, const runtime::Runtime& rt, const core::Snapshot& snap,
+                   const runtime::TunerResult& res) {
+  if (a.format == "table") return res.decision.ToTable();
+  nlohmann::json j = res.recommendation;
+  if (a.pareto) j["pareto"] = Pareto(rt, snap, res.decision);
+  return j.dump(2) + "\n";
+}
+
+// --from: the job's own options (its start record) and inputs (its last recommendation, or its
+// state file), with the flags given on the command line on top.
+std::string RunFrom(const RecArgs& a) {
+  RecordedInputs rec = IsStateFile(a.from) ? InputsFromState(a.from)
+                                           : InputsFromSidecar(ReadSidecar(a.from));
+  for (const auto& w : rec.warnings) std::cerr << "cloudtune: warning: " << w << "\n";
+  const auto given = [&](const char* flag) { return a.given.count(flag) > 0; };
+  std::string err;
+  runtime::RuntimeSetup rs;
+  rs.options = runtime::Options::FromEnv(&err, [&rec](const char* name) -> const char* {
+    const auto it = rec.options.find(name);
+    return it == rec.options.end() ? nullptr : it->second.c_str();
+  });
+  if (!err.empty()) throw InputError(rec.where + ": options: " + err);
+  runtime::Options& o = rs.options;
+  if (given("--objective")) o.objective = a.objective;
+  if (given("--deadline")) o.deadline_hours = a.deadline;
+  if (given("--budget")) o.budget_usd = a.budget;
+  if (given("--target-progress")) o.target_progress = a.target;
+  if (given("--max-local-bsz")) o.max_local_batch = a.max_local_bsz;
+  if (given("--candidates")) o.candidates = a.candidates;
+  if (given("--catalog")) o.catalog = a.catalog;
+  if (given("--instance-type")) o.instance_type = a.type;
+  core::Goal goal;
+  if (!core::ParseGoal(o.objective, &goal))
+    throw InputError(rec.where + ": CLOUDTUNE_OBJECTIVE: '" + o.objective +
+                     "' (expected cost or time)");
+  if (!(o.target_progress > 0))
+    throw InputError(rec.where + ": no target progress recorded (CLOUDTUNE_TARGET_PROGRESS): " +
+                     "give --target-progress");
+  rs.customize = [a, given](runtime::FitAndSearchOptions* fo) {
+    if (given("--max-nodes")) fo->recommend.space.max_nodes = a.max_nodes;
+    if (given("--min-local-bsz")) fo->recommend.space.min_local_bsz = a.min_local_bsz;
+    if (given("--max-accum")) fo->recommend.space.max_accum_steps = a.max_accum;
+  };
+  core::Snapshot& snap = rec.snapshot;
+  std::optional<estimator::EfficiencyModel> model;
+  if (given("--profile")) snap.profile = estimator::ReadTraces(a.profile);
+  if (given("--gns")) ParseGns(a.gns, &snap, &model);
+  if (model) throw InputError("--gns: with --from, give grad_sqr,grad_var,B0 or a noise state");
+  if (given("--current")) ParseCurrent(a.current, &snap);
+  if (given("--progress")) snap.progress = a.progress;
+  for (auto& m : snap.profile)
+    if (m.key.instance_type.empty()) m.key.instance_type = o.instance_type;
+  if (snap.profile.empty()) throw InputError(rec.where + ": the recorded profile is empty");
+  runtime::Runtime rt(rs);
+  if (!rt.catalog_error().empty()) throw InputError(rt.catalog_error());
+  const runtime::TunerResult res = rt.Decide(snap, "cli");
+  return Render(a, rt, snap, res);
 }
 
 void RunRecommend(const RecArgs& a) {
   Validate(a);
+  if (!a.from.empty()) return Output(a.out, RunFrom(a));
+  if (a.profile.empty()) throw InputError("--profile: required (or give --from)");
+  if (a.gns.empty()) throw InputError("--gns: required (or give --from)");
   core::Snapshot snap;
   std::optional<estimator::EfficiencyModel> model;
   snap.profile = estimator::ReadTraces(a.profile);
@@ -232,28 +304,30 @@ void RunRecommend(const RecArgs& a) {
     runtime::CandidatesFromTrace(a.candidates, default_type);
   if (a.current.empty()) DefaultCurrent(rt.catalog(), &snap);
   const runtime::TunerResult res = rt.Decide(snap, "cli");
-  std::string text;
-  if (a.format == "table") {
-    text = res.decision.ToTable();
-  } else {
-    nlohmann::json j = res.recommendation;
-    if (a.pareto) j["pareto"] = Pareto(rt, snap, res.decision);
-    text = j.dump(2) + "\n";
-  }
-  Output(a.out, text);
+  Output(a.out, Render(a, rt, snap, res));
 }
 
 }  // namespace
+
+nlohmann::json RecommendFromRecorded(const std::string& path) {
+  RecArgs a;
+  a.from = path;
+  a.format = "json";
+  a.pareto = true;
+  return nlohmann::json::parse(RunFrom(a));
+}
 
 void RegisterRecommendCommand(CLI::App& app) {
   auto* rec = app.add_subcommand(
       "recommend", "Recommend a configuration from a measured profile (JSON or a table)");
   auto ra = std::make_shared<RecArgs>();
-  rec->add_option("--profile", ra->profile, "Measured profile trace CSV(s)")->required();
+  rec->add_option("--from", ra->from,
+                  "A job's sidecar or state file: its recorded options, profile, noise, current "
+                  "configuration and progress are the defaults; the flags below override them");
+  rec->add_option("--profile", ra->profile, "Measured profile trace CSV(s)");
   rec->add_option("--gns", ra->gns,
                   "Gradient noise: grad_sqr,grad_var,B0 or a JSON file (noise state or "
-                  "efficiency model)")
-      ->required();
+                  "efficiency model)");
   rec->add_option("--catalog", ra->catalog,
                   "Catalog CSV replacing the embedded one (prefix '+' to extend it); default "
                   "$CLOUDTUNE_CATALOG");
@@ -263,7 +337,7 @@ void RegisterRecommendCommand(CLI::App& app) {
   rec->add_option("--objective", ra->objective, "cost or time (default cost)");
   rec->add_option("--deadline", ra->deadline, "Deadline in hours (0 = none)");
   rec->add_option("--budget", ra->budget, "Budget in USD (0 = none)");
-  rec->add_option("--target-progress", ra->target, "Target progress (B0-steps)")->required();
+  rec->add_option("--target-progress", ra->target, "Target progress (B0-steps)");
   rec->add_option("--progress", ra->progress, "Progress made so far (B0-steps, default 0)");
   rec->add_option("--spent", ra->spent,
                   "Spent so far in objective units (USD for cost, hours for time; default 0)");
@@ -280,11 +354,15 @@ void RegisterRecommendCommand(CLI::App& app) {
   rec->add_option("--max-local-bsz", ra->max_local_bsz, "Largest per-GPU batch (default 256)");
   rec->add_option("--max-accum", ra->max_accum, "Most accumulation micro-steps (default 3)");
   rec->add_flag("--pareto", ra->pareto, "Add the (time, cost) Pareto front to the JSON");
-  rec->add_option("--format", ra->format, "json or table (default json)");
+  rec->add_option("--format", ra->format, "table or json (default table)");
   rec->add_option("-o,--output", ra->out, "Write to this file instead of stdout");
   // Validated in RunRecommend (not by CLI11) so that every bad value gets
   // "cloudtune: error: ..." and exit 1.
-  rec->callback([ra]() { RunRecommend(*ra); });
+  rec->callback([ra, rec]() {
+    for (const CLI::Option* o : rec->get_options())
+      if (o->count() > 0) ra->given.insert(o->get_name());
+    RunRecommend(*ra);
+  });
 }
 
 }  // namespace cloudtune::cli

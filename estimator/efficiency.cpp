@@ -14,6 +14,7 @@
 
 #include "estimator/core/csv.h"
 #include "estimator/core/error.h"
+#include "estimator/core/stats.h"
 
 namespace cloudtune::estimator {
 
@@ -98,12 +99,6 @@ void Locate(const std::vector<double>& kp, double p, size_t* j, double* w) {
   *w = (p - kp[*j]) / (kp[hi] - kp[*j]);
 }
 
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 [[noreturn]] void Bad(const std::string& source, const std::string& what) {
   throw InputError(source + ": " + what);
@@ -407,16 +402,17 @@ EfficiencyModel EfficiencyModel::FromJson(const nlohmann::json& j, const std::st
   return m;
 }
 
-EfficiencyModel FitEfficiency(const std::vector<NoiseObservation>& obs,
-                              const EfficiencyFitOptions& options) {
-  std::string err;
-  if (!options.IsValid(&err)) throw InputError("efficiency fit options: " + err);
-  if (obs.empty()) throw InputError("efficiency fit: no observations");
-  struct Use {
-    double log_r, s, progress;
-  };
-  double b0 = options.base_batch;
-  double min_batch = kInf, max_batch = 0, max_progress = 0;
+namespace {
+
+// An observation as the fit uses it: log r = log(grad_var / grad_sqr) at s = batch / B0.
+struct Use {
+  double log_r, s, progress;
+};
+
+// Checks every observation's batch and progress; returns their ranges.
+void CheckObservations(const std::vector<NoiseObservation>& obs, double* min_batch,
+                       double* max_batch, double* max_progress) {
+  *min_batch = kInf, *max_batch = 0, *max_progress = 0;
   for (size_t i = 0; i < obs.size(); ++i) {
     const auto& o = obs[i];
     if (!(o.batch > 0) || !std::isfinite(o.batch))
@@ -425,68 +421,66 @@ EfficiencyModel FitEfficiency(const std::vector<NoiseObservation>& obs,
     if (!(o.progress >= 0) || !std::isfinite(o.progress))
       throw InputError("efficiency fit: observation " + std::to_string(i) +
                        ": progress must be >= 0 and finite");
-    min_batch = std::min(min_batch, o.batch);
-    max_batch = std::max(max_batch, o.batch);
-    max_progress = std::max(max_progress, o.progress);
+    *min_batch = std::min(*min_batch, o.batch);
+    *max_batch = std::max(*max_batch, o.batch);
+    *max_progress = std::max(*max_progress, o.progress);
   }
-  if (b0 == 0) b0 = min_batch;
+}
 
-  EfficiencyModel m;
-  m.base_batch_ = b0;
-  m.max_batch_ = max_batch;
-  m.max_progress_ = max_progress;
-  m.min_log_sigma_ = options.min_log_sigma;
-  m.extrapolation_sigma_ = options.extrapolation_sigma;
-
+// The observations with positive, finite statistics (the others are counted in *skipped), and
+// their distinct batches, sorted.
+std::vector<Use> UsableObservations(const std::vector<NoiseObservation>& obs, double b0,
+                                    std::vector<double>* batches, int* skipped) {
   std::vector<Use> use;
-  std::vector<double> batches;
   for (const auto& o : obs) {
     if (!(o.grad_sqr > 0) || !(o.grad_var > 0) || !std::isfinite(o.grad_sqr) ||
         !std::isfinite(o.grad_var)) {
-      ++m.n_skipped_;
+      ++*skipped;
       continue;
     }
     use.push_back({std::log(o.grad_var / o.grad_sqr), o.batch / b0, o.progress});
     bool seen = false;
-    for (double b : batches) seen |= std::abs(b - o.batch) <= 1e-9 * o.batch;
-    if (!seen) batches.push_back(o.batch);
+    for (double b : *batches) seen |= std::abs(b - o.batch) <= 1e-9 * o.batch;
+    if (!seen) batches->push_back(o.batch);
   }
   if (use.empty())
     throw InputError("efficiency fit: no observation with positive grad_sqr and grad_var");
-  std::sort(batches.begin(), batches.end());
-  m.batches_ = batches;
-  m.n_obs_ = static_cast<int>(use.size());
-  m.single_batch_ = batches.size() < 2;
+  std::sort(batches->begin(), batches->end());
+  return use;
+}
 
-  // Many observations (a live job's per-interval history): per batch, replace runs of
-  // neighbouring observations (in progress) by their median log r at their mean progress.
-  if (use.size() > static_cast<size_t>(options.max_observations)) {
-    std::vector<Use> binned;
-    const double keep = static_cast<double>(options.max_observations) / use.size();
-    for (double b : batches) {
-      std::vector<Use> mine;
-      for (const auto& u : use)
-        if (std::abs(u.s * b0 - b) <= 1e-9 * b) mine.push_back(u);
-      std::sort(mine.begin(), mine.end(),
-                [](const Use& x, const Use& y) { return x.progress < y.progress; });
-      const size_t bins = std::max<size_t>(1, static_cast<size_t>(std::lround(keep * mine.size())));
-      for (size_t k = 0; k < bins; ++k) {
-        const size_t lo = k * mine.size() / bins, hi = (k + 1) * mine.size() / bins;
-        if (hi <= lo) continue;
-        std::vector<double> lr;
-        double p = 0;
-        for (size_t i = lo; i < hi; ++i) {
-          lr.push_back(mine[i].log_r);
-          p += mine[i].progress;
-        }
-        binned.push_back({Median(lr), mine[lo].s, p / (hi - lo)});
+// Many observations (a live job's per-interval history): per batch, replace runs of neighbouring
+// observations (in progress) by their median log r at their mean progress.
+std::vector<Use> BinObservations(const std::vector<Use>& use, const std::vector<double>& batches,
+                                 double b0, int max_observations) {
+  std::vector<Use> binned;
+  const double keep = static_cast<double>(max_observations) / use.size();
+  for (double b : batches) {
+    std::vector<Use> mine;
+    for (const auto& u : use)
+      if (std::abs(u.s * b0 - b) <= 1e-9 * b) mine.push_back(u);
+    std::sort(mine.begin(), mine.end(),
+              [](const Use& x, const Use& y) { return x.progress < y.progress; });
+    const size_t bins = std::max<size_t>(1, static_cast<size_t>(std::lround(keep * mine.size())));
+    for (size_t k = 0; k < bins; ++k) {
+      const size_t lo = k * mine.size() / bins, hi = (k + 1) * mine.size() / bins;
+      if (hi <= lo) continue;
+      std::vector<double> lr;
+      double p = 0;
+      for (size_t i = lo; i < hi; ++i) {
+        lr.push_back(mine[i].log_r);
+        p += mine[i].progress;
       }
+      binned.push_back({core::Median(lr, 0.0), mine[lo].s, p / (hi - lo)});
     }
-    use.swap(binned);
   }
+  return binned;
+}
 
-  // Knots at quantiles of the observed progress, at most as many as the best-covered batch has
-  // observations (so every knot is supported by data).
+// Knots at quantiles of the observed progress, at most as many as the best-covered batch has
+// observations (so every knot is supported by data).
+std::vector<double> KnotProgress(const std::vector<Use>& use, const std::vector<double>& batches,
+                                 double b0, int max_knots) {
   std::vector<double> prog;
   for (const auto& u : use) prog.push_back(u.progress);
   std::sort(prog.begin(), prog.end());
@@ -497,50 +491,60 @@ EfficiencyModel FitEfficiency(const std::vector<NoiseObservation>& obs,
     per_batch = std::max(per_batch, c);
   }
   const size_t k_count =
-      std::max<size_t>(1, std::min<size_t>(static_cast<size_t>(options.max_knots), per_batch));
+      std::max<size_t>(1, std::min<size_t>(static_cast<size_t>(max_knots), per_batch));
   std::vector<double> kp;
   for (size_t k = 0; k < k_count; ++k) {
     const double q = k_count == 1 ? 0.5 : static_cast<double>(k) / (k_count - 1);
     const double v = prog[static_cast<size_t>(std::lround(q * (prog.size() - 1)))];
     if (kp.empty() || v > kp.back()) kp.push_back(v);
   }
+  return kp;
+}
+
+// Initial rho0 per knot: median log r of the smallest-batch observations nearest to it.
+std::vector<double> StartRho(const std::vector<Use>& use, const std::vector<double>& batches,
+                             double b0, const std::vector<double>& kp) {
   const size_t K = kp.size();
-
-  // Initial rho0 per knot: median log r of the smallest-batch observations nearest to it.
-  std::vector<double> rho(K), drift(K, m.single_batch_ ? 0.0 : 0.1);
-  {
-    std::vector<std::vector<double>> near(K);
-    for (const auto& u : use) {
-      if (std::abs(u.s * b0 - batches.front()) > 1e-9 * batches.front()) continue;
-      size_t j;
-      double w;
-      Locate(kp, u.progress, &j, &w);
-      near[w > 0.5 ? j + 1 : j].push_back(u.log_r);
-    }
-    std::vector<double> all;
-    for (const auto& u : use) all.push_back(u.log_r);
-    const double fallback = Median(all);
-    for (size_t k = 0; k < K; ++k) rho[k] = near[k].empty() ? fallback : Median(near[k]);
+  std::vector<double> rho(K);
+  std::vector<std::vector<double>> near(K);
+  for (const auto& u : use) {
+    if (std::abs(u.s * b0 - batches.front()) > 1e-9 * batches.front()) continue;
+    size_t j;
+    double w;
+    Locate(kp, u.progress, &j, &w);
+    near[w > 0.5 ? j + 1 : j].push_back(u.log_r);
   }
+  std::vector<double> all;
+  for (const auto& u : use) all.push_back(u.log_r);
+  const double fallback = core::Median(all, 0.0);
+  for (size_t k = 0; k < K; ++k) rho[k] = near[k].empty() ? fallback : core::Median(near[k], 0.0);
+  return rho;
+}
 
+// Fits rho0 and d at the knots kp (and gamma when fit_gamma) to the observations, from the values
+// given: robust observation residuals, smoothness between neighbouring knots, priors.
+void SolveKnots(const std::vector<Use>& use, const std::vector<double>& kp,
+                const EfficiencyFitOptions& options, bool single_batch, bool fit_gamma,
+                std::vector<double>* rho_out, std::vector<double>* drift_out, double* gamma) {
+  std::vector<double>& rho = *rho_out;
+  std::vector<double>& drift = *drift_out;
+  const size_t K = kp.size();
   ceres::Problem problem;
-  double gamma = options.drift_exponent;
-  problem.AddParameterBlock(&gamma, 1);
-  problem.SetParameterLowerBound(&gamma, 0, 0.1);
-  problem.SetParameterUpperBound(&gamma, 0, 3.0);
-  m.gamma_fitted_ = !m.single_batch_ && options.fit_drift_exponent && batches.size() >= 3;
-  if (m.gamma_fitted_)
+  problem.AddParameterBlock(gamma, 1);
+  problem.SetParameterLowerBound(gamma, 0, 0.1);
+  problem.SetParameterUpperBound(gamma, 0, 3.0);
+  if (fit_gamma)
     problem.AddResidualBlock(new ceres::AutoDiffCostFunction<PriorResidual, 1, 1>(new PriorResidual(
                                  options.drift_exponent, options.drift_exponent_sigma)),
-                             nullptr, &gamma);
+                             nullptr, gamma);
   else
-    problem.SetParameterBlockConstant(&gamma);
+    problem.SetParameterBlockConstant(gamma);
   for (size_t k = 0; k < K; ++k) {
     problem.AddParameterBlock(&rho[k], 1);
     problem.AddParameterBlock(&drift[k], 1);
     problem.SetParameterLowerBound(&drift[k], 0, 0.0);
     problem.SetParameterUpperBound(&drift[k], 0, options.max_drift);
-    if (m.single_batch_) problem.SetParameterBlockConstant(&drift[k]);
+    if (single_batch) problem.SetParameterBlockConstant(&drift[k]);
   }
   for (const auto& u : use) {
     size_t j;
@@ -550,23 +554,23 @@ EfficiencyModel FitEfficiency(const std::vector<NoiseObservation>& obs,
     if (w == 0) {
       problem.AddResidualBlock(new ceres::AutoDiffCostFunction<ObsResidual1, 1, 1, 1, 1>(
                                    new ObsResidual1(u.log_r, u.s, options.obs_sigma)),
-                               loss, &rho[j], &drift[j], &gamma);
+                               loss, &rho[j], &drift[j], gamma);
     } else {
       problem.AddResidualBlock(new ceres::AutoDiffCostFunction<ObsResidual, 1, 1, 1, 1, 1, 1>(
                                    new ObsResidual(u.log_r, u.s, w, options.obs_sigma)),
-                               loss, &rho[j], &rho[j + 1], &drift[j], &drift[j + 1], &gamma);
+                               loss, &rho[j], &rho[j + 1], &drift[j], &drift[j + 1], gamma);
     }
   }
   for (size_t k = 0; k + 1 < K; ++k) {
     problem.AddResidualBlock(new ceres::AutoDiffCostFunction<DiffResidual, 1, 1, 1>(
                                  new DiffResidual(options.smooth_sigma)),
                              new ceres::CauchyLoss(1.0), &rho[k], &rho[k + 1]);
-    if (!m.single_batch_)
+    if (!single_batch)
       problem.AddResidualBlock(new ceres::AutoDiffCostFunction<DiffResidual, 1, 1, 1>(
                                    new DiffResidual(options.smooth_sigma)),
                                new ceres::CauchyLoss(1.0), &drift[k], &drift[k + 1]);
   }
-  if (!m.single_batch_)
+  if (!single_batch)
     for (size_t k = 0; k < K; ++k)
       problem.AddResidualBlock(new ceres::AutoDiffCostFunction<PriorResidual, 1, 1>(
                                    new PriorResidual(0.0, options.drift_prior_sigma)),
@@ -580,6 +584,42 @@ EfficiencyModel FitEfficiency(const std::vector<NoiseObservation>& obs,
   so.minimizer_progress_to_stdout = false;
   ceres::Solver::Summary summary;
   ceres::Solve(so, &problem, &summary);
+}
+
+}  // namespace
+
+EfficiencyModel FitEfficiency(const std::vector<NoiseObservation>& obs,
+                              const EfficiencyFitOptions& options) {
+  std::string err;
+  if (!options.IsValid(&err)) throw InputError("efficiency fit options: " + err);
+  if (obs.empty()) throw InputError("efficiency fit: no observations");
+  double min_batch, max_batch, max_progress;
+  CheckObservations(obs, &min_batch, &max_batch, &max_progress);
+  double b0 = options.base_batch;
+  if (b0 == 0) b0 = min_batch;
+
+  EfficiencyModel m;
+  m.base_batch_ = b0;
+  m.max_batch_ = max_batch;
+  m.max_progress_ = max_progress;
+  m.min_log_sigma_ = options.min_log_sigma;
+  m.extrapolation_sigma_ = options.extrapolation_sigma;
+
+  std::vector<double> batches;
+  std::vector<Use> use = UsableObservations(obs, b0, &batches, &m.n_skipped_);
+  m.batches_ = batches;
+  m.n_obs_ = static_cast<int>(use.size());
+  m.single_batch_ = batches.size() < 2;
+  if (use.size() > static_cast<size_t>(options.max_observations))
+    use = BinObservations(use, batches, b0, options.max_observations);
+
+  const std::vector<double> kp = KnotProgress(use, batches, b0, options.max_knots);
+  const size_t K = kp.size();
+  std::vector<double> rho = StartRho(use, batches, b0, kp);
+  std::vector<double> drift(K, m.single_batch_ ? 0.0 : 0.1);
+  double gamma = options.drift_exponent;
+  m.gamma_fitted_ = !m.single_batch_ && options.fit_drift_exponent && batches.size() >= 3;
+  SolveKnots(use, kp, options, m.single_batch_, m.gamma_fitted_, &rho, &drift, &gamma);
 
   m.gamma_ = gamma;
   for (size_t k = 0; k < K; ++k) m.knots_.push_back({kp[k], rho[k], drift[k]});
@@ -590,7 +630,7 @@ EfficiencyModel FitEfficiency(const std::vector<NoiseObservation>& obs,
     m.At(u.progress, &r0, &d);
     abs_res.push_back(std::abs(u.log_r - r0 - LogRatioOffset(d, u.s, m.gamma_)));
   }
-  m.residual_rms_ = 1.4826 * Median(abs_res);
+  m.residual_rms_ = 1.4826 * core::Median(abs_res, 0.0);
   return m;
 }
 

@@ -174,6 +174,8 @@ class ThroughputModel {
  private:
   friend ThroughputModel FitThroughput(const std::vector<Measurement>&,
                                        const ThroughputFitOptions&);
+  // FitThroughput's steps (throughput_fit.cpp).
+  class Fitter;
   int NodeIndex(int num_nodes) const;  // index into theta_, -1 if unseen
   int PlaceIndex(int num_nodes, int num_replicas) const;
   int BatchIndex(int local_bsz) const;

@@ -21,6 +21,7 @@
 #include "estimator/detail/throughput_form.h"
 #include "estimator/detail/throughput_residuals.h"
 #include "estimator/throughput.h"
+#include "estimator/core/stats.h"
 
 namespace cloudtune::estimator {
 namespace detail {
@@ -41,17 +42,10 @@ constexpr double kRatioSigma = 1.0;
 constexpr double kOmegaPrior = 0.7, kOmegaSigma = 0.2;
 constexpr double kEffectMax = 2.0;  // |log multiplier| of an effect
 
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  const size_t n = v.size();
-  const auto mid = v.begin() + n / 2;
-  std::nth_element(v.begin(), mid, v.end());
-  return n % 2 ? *mid : 0.5 * (*std::max_element(v.begin(), mid) + *mid);
-}
 
 // What the starting point and the prior centres are computed from.
 struct StartData {
-  std::vector<double> tc_all, bs;  // compute time per micro-step and local batch size
+  std::vector<double> tc_all, bs;           // compute time per micro-step and local batch size
   std::vector<double> sync_node, sync_net;  // exposed sync time: one machine, over the network
   std::vector<LinearSample> local_start, net_start;  // (features, all-reduce time)
 };
@@ -116,7 +110,8 @@ void ReadRows(const std::vector<Measurement>& data, const std::vector<int>& batc
 void StartCompute(const StartData& s, double tc_med, double b_ref, double* alpha0, double* beta0) {
   *alpha0 = 0.2 * tc_med;
   *beta0 = 0.8 * tc_med / b_ref;
-  const std::vector<double>&tc_all = s.tc_all, &bs = s.bs;
+  const std::vector<double>& tc_all = s.tc_all;
+  const std::vector<double>& bs = s.bs;
   double sb = 0, st = 0, sbb = 0, sbt = 0;
   const double n = tc_all.size();
   for (size_t i = 0; i < tc_all.size(); ++i)
@@ -136,11 +131,11 @@ void StartCompute(const StartData& s, double tc_med, double b_ref, double* alpha
 // times, one derived from the other where it has none.
 void StartSync(const StartData& s, double tc_med, double* alpha_n0, double* alpha_l0) {
   if (!s.sync_net.empty()) {
-    *alpha_n0 = std::max(Median(s.sync_net), 0.01 * tc_med);
+    *alpha_n0 = std::max(core::Median(s.sync_net, 0.0), 0.01 * tc_med);
     *alpha_l0 = s.sync_node.empty() ? kAlphaLRatio * *alpha_n0
-                                    : std::max(Median(s.sync_node), 1e-3 * tc_med);
+                                    : std::max(core::Median(s.sync_node, 0.0), 1e-3 * tc_med);
   } else if (!s.sync_node.empty()) {
-    *alpha_l0 = std::max(Median(s.sync_node), 1e-3 * tc_med);
+    *alpha_l0 = std::max(core::Median(s.sync_node, 0.0), 1e-3 * tc_med);
     *alpha_n0 = *alpha_l0 / kAlphaLRatio;
   } else {
     *alpha_n0 = 0.5 * tc_med;
@@ -155,7 +150,7 @@ struct CoreStart {
 };
 
 CoreStart StartCore(const StartData& s, double b_ref, double ps) {
-  const double tc_med = Median(s.tc_all);
+  const double tc_med = core::Median(s.tc_all, 0.0);
   double alpha0, beta0, alpha_n0, alpha_l0;
   StartCompute(s, tc_med, b_ref, &alpha0, &beta0);
   StartSync(s, tc_med, &alpha_n0, &alpha_l0);
@@ -284,8 +279,8 @@ class ThroughputModel::Fitter {
   void AddDataInformation(detail::Information* info);
   void AddPriorInformation(detail::Information* info);
   void Posterior(detail::Information* info);
-  int Identify(const Eigen::Matrix<double, kC, kC>& post_core, const Eigen::Matrix<double, kC, kC>& hp,
-               const std::vector<double>& post_eff);
+  int Identify(const Eigen::Matrix<double, kC, kC>& post_core,
+               const Eigen::Matrix<double, kC, kC>& hp, const std::vector<double>& post_eff);
   void SetStats(const ceres::Solver::Summary& summary);
 
   const std::vector<Measurement>& data_;
@@ -463,8 +458,7 @@ void ThroughputModel::Fitter::AddPriors(std::vector<detail::Prior> priors) {
   effect_inv_.assign(n_eff_, 0.0);
   for (int k = 0; k < n_node_; ++k) AddEffectPrior(kC + k, 1, m_.node_effect_sigma_, 0, 1);
   for (int k = 0; k < n_batch_; ++k)
-    AddEffectPrior(kC + n_node_ + 2 * k, 2, m_.batch_effect_sigma_, m_.sync_batch_effect_sigma_,
-                   1);
+    AddEffectPrior(kC + n_node_ + 2 * k, 2, m_.batch_effect_sigma_, m_.sync_batch_effect_sigma_, 1);
   for (size_t k = 0; k < m_.compute_placements_.size(); ++k) {
     const auto [nn, rr] = m_.compute_placements_[k];
     AddEffectPrior(m_.block_offset_[k], nn >= 2 && rr >= 2 ? 2 : 1, m_.compute_effect_sigma_,
@@ -607,8 +601,7 @@ void ThroughputModel::Fitter::AddPriorInformation(detail::Information* info) {
     info->hp = jm.transpose() * jm;
     info->a += info->hp;
   }
-  for (int e = 0; e < n_eff_; ++e)
-    info->dt.emplace_back(e, e, effect_inv_[e] * effect_inv_[e]);
+  for (int e = 0; e < n_eff_; ++e) info->dt.emplace_back(e, e, effect_inv_[e] * effect_inv_[e]);
 }
 
 // The posterior covariance, the identified flags and the noise scale from the information.
@@ -636,9 +629,8 @@ void ThroughputModel::Fitter::Posterior(detail::Information* info) {
       if (i == j) post_eff[j] = v;
     }
   }
-  std::sort(pairs.begin(), pairs.end(), [](const auto& p, const auto& q) {
-    return std::tie(p.a, p.b) < std::tie(q.a, q.b);
-  });
+  std::sort(pairs.begin(), pairs.end(),
+            [](const auto& p, const auto& q) { return std::tie(p.a, p.b) < std::tie(q.a, q.b); });
   const int p_eff = Identify(post_core, info->hp, post_eff);
   // Scatter of the data around the model relative to obs_sigma (reduced chi-square), shrunk
   // towards 1 (the assumed obs_sigma) by kPriorDof pseudo-observations, so that a fit to a
@@ -657,8 +649,8 @@ void ThroughputModel::Fitter::Posterior(detail::Information* info) {
   const int n = static_cast<int>(rows_.size());
   const double ndof = std::max(0, n - p_eff);
   m_.noise_sigma_ = std::max(
-      0.005, std::sqrt((ss_ + kPriorDof * options_.obs_sigma * options_.obs_sigma) /
-                       (ndof + kPriorDof)));
+      0.005,
+      std::sqrt((ss_ + kPriorDof * options_.obs_sigma * options_.obs_sigma) / (ndof + kPriorDof)));
 }
 
 // Sets the identified flags; returns the number of parameters the data identified.

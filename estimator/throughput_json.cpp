@@ -1,6 +1,4 @@
 // The throughput model's JSON form (MODEL.json): ToJson and FromJson.
-#include "estimator/throughput.h"
-
 #include <cmath>
 #include <string>
 #include <tuple>
@@ -10,6 +8,7 @@
 
 #include "estimator/core/error.h"
 #include "estimator/detail/throughput_form.h"
+#include "estimator/throughput.h"
 
 namespace cloudtune::estimator {
 namespace {

@@ -1,6 +1,4 @@
 // The throughput model's evaluation: parameters, effects, covariance and predictions.
-#include "estimator/throughput.h"
-
 #include <ceres/jet.h>
 
 #include <algorithm>
@@ -10,6 +8,7 @@
 #include <vector>
 
 #include "estimator/detail/throughput_form.h"
+#include "estimator/throughput.h"
 
 namespace cloudtune::estimator {
 

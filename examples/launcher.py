@@ -85,7 +85,7 @@ def cli_recommendation(a, env, recs, nproc, batch, base_samples):
            "--target-progress", str(target), "--progress", str(min(progress, 0.99 * target)),
            "--current", f"{a.instance_type}:1:{nproc}:{batch}", "--objective", a.objective,
            "--max-nodes", "1", "--min-local-bsz", str(a.min_batch),
-           "--max-local-bsz", str(a.max_batch), "--max-accum", "0"]
+           "--max-local-bsz", str(a.max_batch), "--max-accum", "0", "--format", "json"]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         print(f"launcher: {' '.join(cmd)} failed: {r.stderr.strip()}", flush=True)

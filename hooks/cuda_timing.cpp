@@ -48,6 +48,11 @@ bool CudaStepTimer::Poll(StepSample* out) {
   return true;
 }
 
+std::string CudaDeviceName() {
+  const cudaDeviceProp* prop = at::cuda::getCurrentDeviceProperties();
+  return prop ? std::string(prop->name) : std::string();
+}
+
 at::Tensor SquaredNormDevice(const std::vector<at::Tensor>& tensors) {
   std::vector<at::Tensor> parts;
   for (const at::Tensor& t : tensors)

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "hooks/step_timer.h"
@@ -40,6 +41,9 @@ class CudaStepTimer {
   bool in_step_ = false;
   std::deque<Step> done_;
 };
+
+// The current CUDA device's name (e.g. "Tesla T4"), for mapping the job to a catalog GPU.
+std::string CudaDeviceName();
 
 // Σ x² over all tensors, computed on their device into one 0-dim float64 tensor; no host read.
 at::Tensor SquaredNormDevice(const std::vector<at::Tensor>& tensors);

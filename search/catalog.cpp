@@ -1,5 +1,8 @@
 #include "search/catalog.h"
 
+#include <algorithm>
+#include <cctype>
+
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
@@ -165,12 +168,16 @@ std::vector<InstanceType> ParseInstances(std::istream& in, const std::string& na
     it.gpu_model = r.Required("gpu_model");
     if (!gpus.count(it.gpu_model))
       throw InputError(r.Where("gpu_model") + "unknown GPU '" + it.gpu_model + "'");
+    // Counts are bounded before the conversion to int (a huge value would not fit).
     double g = r.Number("gpus", 0, true);
-    if (g < 1 || g != std::floor(g))
-      throw InputError(r.Where("gpus") + "must be a positive integer, got " + r.Get("gpus"));
+    if (g < 1 || g != std::floor(g) || g > 1e6)
+      throw InputError(r.Where("gpus") + "must be a positive integer (at most 1000000), got " +
+                       r.Get("gpus"));
     it.gpus = static_cast<int>(g);
     it.gpu_memory_gib = r.Number("gpu_memory_gib", gpus.at(it.gpu_model).memory_gib);
-    it.vcpus = static_cast<int>(r.Number("vcpus", 0));
+    const double vcpus = r.Number("vcpus", 0);
+    if (vcpus > 1e6) throw InputError(r.Where("vcpus") + "more than 1000000: " + r.Get("vcpus"));
+    it.vcpus = static_cast<int>(vcpus);
     it.memory_gib = r.Number("memory_gib", 0);
     it.network_gbps = r.Number("network_gbps", 0);
     it.network_measured = it.network_gbps > 0;
@@ -234,6 +241,55 @@ Catalog LoadCatalog(const std::string& path, const Catalog& base, bool extend,
   }
   c.source = extend ? base.source + " + " + path : path;
   return c;
+}
+
+std::string InstanceForGpu(const Catalog& catalog, const std::string& device_name,
+                           int gpus_per_node) {
+  auto upper = [](std::string v) {
+    for (char& c : v) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    return v;
+  };
+  // The device name's words (split at anything but letters and digits).
+  std::vector<std::string> words;
+  std::string w;
+  for (char c : upper(device_name) + " ") {
+    if (std::isalnum(static_cast<unsigned char>(c))) {
+      w += c;
+    } else if (!w.empty()) {
+      words.push_back(w);
+      w.clear();
+    }
+  }
+  std::string best_model;
+  size_t best_parts = 0;
+  for (const auto& [model, spec] : catalog.gpus) {
+    std::vector<std::string> parts;
+    std::string part;
+    for (char c : upper(model) + "-") {
+      if (c == '-' || c == ' ') {
+        if (!part.empty()) parts.push_back(part);
+        part.clear();
+      } else {
+        part += c;
+      }
+    }
+    bool all = !parts.empty();
+    for (const auto& p : parts)
+      all = all && std::find(words.begin(), words.end(), p) != words.end();
+    if (all && parts.size() > best_parts) {
+      best_model = model;
+      best_parts = parts.size();
+    }
+  }
+  if (best_model.empty()) return "";
+  const InstanceType* best = nullptr;
+  for (const auto& t : catalog.types) {
+    if (t.gpu_model != best_model || t.gpus < std::max(1, gpus_per_node)) continue;
+    if (!best || t.gpus < best->gpus ||
+        (t.gpus == best->gpus && t.ondemand_per_hour < best->ondemand_per_hour))
+      best = &t;
+  }
+  return best ? best->name : "";
 }
 
 Catalog ResolveCatalog(const std::string& path, const CatalogOptions& options) {

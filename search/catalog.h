@@ -87,6 +87,13 @@ std::vector<InstanceType> ParseInstances(std::istream& in, const std::string& na
                                          const CatalogOptions& options = {});
 
 // The embedded default catalog.
+// The catalog type for a job on `gpus_per_node` GPUs named `device_name` (the CUDA device name,
+// e.g. "Tesla T4", "NVIDIA A100-SXM4-80GB"): the GPU model whose name's parts all appear in the
+// device name (the most specific one: "A100-80GB" before "A100"), then among its types the one with
+// the fewest GPUs >= gpus_per_node, then the cheapest on demand. "" when nothing matches.
+std::string InstanceForGpu(const Catalog& catalog, const std::string& device_name,
+                           int gpus_per_node);
+
 const Catalog& DefaultCatalog();
 std::string DefaultCatalogSnapshot();  // e.g. "shared/data/catalog 2026-11 ..."
 

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <random>
 #include <sstream>
@@ -24,6 +25,17 @@ std::string JoinPath(const std::string& dir, const std::string& p) {
   return dir + "/" + p;
 }
 
+// An integer member that fits an int, or `dflt` when absent. (nlohmann's get<int> of 1e30 or of a
+// 64-bit integer is an out-of-range conversion, undefined for a floating-point value.)
+int IntField(const nlohmann::json& j, const char* key, int dflt, const std::string& where) {
+  if (!j.contains(key)) return dflt;
+  const nlohmann::json& v = j[key];
+  if (!v.is_number_integer() || v < std::numeric_limits<int>::min() ||
+      v > std::numeric_limits<int>::max())
+    throw InputError(where + ": " + key + ": not an integer");
+  return v.get<int>();
+}
+
 // Gavel throughputs: see replay.h for the interpretation.
 std::vector<core::Measurement> ReadGavel(const nlohmann::json& g, const std::string& where,
                                               const std::string& dir, const std::string& type) {
@@ -31,7 +43,7 @@ std::vector<core::Measurement> ReadGavel(const nlohmann::json& g, const std::str
     if (!g.contains(k)) throw InputError(where + ": missing field '" + std::string(k) + "'");
   const std::string path = JoinPath(dir, g["file"].get<std::string>());
   const nlohmann::json data = core::ReadJsonFile(path);
-  const int nodes = g["nodes"].get<int>(), replicas = g["replicas"].get<int>();
+  const int nodes = IntField(g, "nodes", 0, where), replicas = IntField(g, "replicas", 0, where);
   if (nodes < 1 || replicas < nodes || replicas % nodes)
     throw InputError(where + ": nodes/replicas: need replicas a positive multiple of nodes");
   std::string gpu = g["gpu"].get<std::string>();
@@ -344,8 +356,10 @@ Config Pick(const Scenario& s, const std::string& type, int want_bsz,
 
 }  // namespace
 
-Scenario ParseScenario(const nlohmann::json& j, const std::string& name,
-                       const std::string& base_dir) {
+namespace {
+
+Scenario ParseScenarioFields(const nlohmann::json& j, const std::string& name,
+                             const std::string& base_dir) {
   if (!j.is_object()) throw InputError(name + ": not a JSON object");
   if (j.value("schema", std::string()) != "cloudtune.scenario/1")
     throw InputError(name + ": schema: expected \"cloudtune.scenario/1\"");
@@ -417,10 +431,10 @@ Scenario ParseScenario(const nlohmann::json& j, const std::string& name,
   if (!j.contains("start") || !j["start"].is_object()) throw InputError(name + ": start: missing");
   const auto& st = j["start"];
   s.start.type = st.value("instance_type", std::string());
-  s.start.nodes = st.value("nodes", 1);
-  s.start.gpus_per_node = st.value("gpus_per_node", 1);
-  s.start.local_bsz = st.value("local_bsz", 1);
-  s.start.accum_steps = st.value("accum_steps", 0);
+  s.start.nodes = IntField(st, "nodes", 1, name + ": start");
+  s.start.gpus_per_node = IntField(st, "gpus_per_node", 1, name + ": start");
+  s.start.local_bsz = IntField(st, "local_bsz", 1, name + ": start");
+  s.start.accum_steps = IntField(st, "accum_steps", 0, name + ": start");
   if (std::find(s.candidates.begin(), s.candidates.end(), s.start) == s.candidates.end())
     throw InputError(name + ": start: " + s.start.ToString() + " is not a traced configuration");
   if (j.contains("objective")) {
@@ -452,6 +466,18 @@ Scenario ParseScenario(const nlohmann::json& j, const std::string& name,
     s.cost.switch_s = NumberField(c, "switch_s", s.cost.switch_s, w, false);
   }
   return s;
+}
+
+}  // namespace
+
+Scenario ParseScenario(const nlohmann::json& j, const std::string& name,
+                       const std::string& base_dir) {
+  try {
+    return ParseScenarioFields(j, name, base_dir);
+  } catch (const nlohmann::json::exception& e) {
+    // A member of the wrong JSON type (e.g. "schema": [] or "nodes": "two") is bad input too.
+    throw InputError(name + ": " + e.what());
+  }
 }
 
 // The runtime options of the scenario's job: its objective and target; the search is restricted to

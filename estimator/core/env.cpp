@@ -32,6 +32,7 @@ LaunchEnv LaunchEnv::Read(const EnvLookup& lookup) {
   e.master_addr = GetEnv("MASTER_ADDR", lookup).value_or("");
   e.master_port = IntOr(GetEnv("MASTER_PORT", lookup), 0);
   e.restart_count = IntOr(GetEnv("TORCHELASTIC_RESTART_COUNT", lookup), 0);
+  e.run_id = GetEnv("TORCHELASTIC_RUN_ID", lookup).value_or("");
   return e;
 }
 

@@ -29,6 +29,7 @@ struct LaunchEnv {
   std::string master_addr;    // MASTER_ADDR ("" = unset)
   int master_port = 0;        // MASTER_PORT (0 = unset)
   int restart_count = 0;      // TORCHELASTIC_RESTART_COUNT (0 = first start)
+  std::string run_id;         // TORCHELASTIC_RUN_ID ("" = unset)
 
   // Reads the variables; values that are not non-negative integers are treated as unset.
   static LaunchEnv Read(const EnvLookup& lookup = {});

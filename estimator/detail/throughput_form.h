@@ -11,7 +11,8 @@ namespace cloudtune::estimator::detail {
 
 constexpr int kC = kNumThroughputParams;  // core parameters
 
-// Whether core parameter i is fitted as log(value) (else as the value: kappa, gamma, zeta_c, omega).
+// Whether core parameter i is fitted as log(value) (else as the value: kappa, gamma, zeta_c,
+// omega).
 inline bool IsLogParam(int i) { return i != kKappa && i != kGamma && i != kZetaC && i != kOmega; }
 
 // The value of a double or of a ceres::Jet.

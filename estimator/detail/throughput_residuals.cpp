@@ -135,8 +135,8 @@ bool EffectPrior::Evaluate(double const* const* p, double* r, double** j) const 
 }
 
 ceres::CallbackReturnType CostChangeStop::operator()(const ceres::IterationSummary& it) {
-  const bool stop = it.iteration > 0 && it.step_is_successful && !after_rejection_ &&
-                    it.cost_change < tolerance_;
+  const bool stop =
+      it.iteration > 0 && it.step_is_successful && !after_rejection_ && it.cost_change < tolerance_;
   after_rejection_ = it.iteration > 0 && !it.step_is_successful;
   return stop ? ceres::SOLVER_TERMINATE_SUCCESSFULLY : ceres::SOLVER_CONTINUE;
 }

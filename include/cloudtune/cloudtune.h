@@ -18,8 +18,8 @@
 //   cloudtune::Shutdown();
 //
 // The same functions are registered as torch ops (torch.ops.cloudtune.init, step_begin,
-// sync_begin, sync_end, grads_local, grads_reduced, step_end, should_checkpoint, enabled,
-// shutdown) for Python: torch.ops.load_library("libcloudtune_plugin.so").
+// sync_begin, sync_end, grads_local, grads_reduced, step_end, should_checkpoint, set_target,
+// enabled, shutdown) for Python: torch.ops.load_library("libcloudtune_plugin.so").
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -43,8 +43,20 @@ struct JobInfo {
   bool cuda = false;
 };
 
+// What counts as finished, set from the training loop (overrides CLOUDTUNE_TARGET_*). The first
+// one set wins; all 0 = no target (the tuner then ranks configurations by cost per unit of
+// progress, or progress per hour for CLOUDTUNE_OBJECTIVE=time).
+struct Target {
+  double epochs = 0;        // passes over the data (needs dataset_size)
+  double samples = 0;       // training samples
+  double steps = 0;         // optimizer steps at the initial batch
+  double dataset_size = 0;  // samples per epoch
+};
+
 // Reads the CLOUDTUNE_* settings (once per process) and starts the plugin. Returns whether it is
-// on. An invalid setting or an unwritable sidecar: one log line on rank 0, plugin off.
+// on. Whether it is on is agreed by all ranks through the job's store (MASTER_ADDR:MASTER_PORT):
+// if any rank cannot switch on (an invalid setting, an unwritable sidecar …) every rank stays off,
+// each saying so in one log line. Call it on every rank.
 bool Init(const JobInfo& job);
 bool Enabled();
 void StepBegin();
@@ -62,6 +74,8 @@ at::Tensor GradsLocalTensor(const std::vector<at::Tensor>& grads);
 void GradsReducedTensor(const std::vector<at::Tensor>& grads, const at::Tensor& reduced_slot);
 void StepEnd(int64_t local_bsz, int64_t micro_steps = 1);
 bool ShouldCheckpoint();
+// Tells the tuner what counts as finished (any time after Init; a no-op when off).
+void SetTarget(const Target& target);
 // Writes the "end" record and the profile; safe to call when off or twice.
 void Shutdown();
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <sstream>
 #include <stdexcept>
 
 #include "estimator/core/error.h"
@@ -56,6 +57,44 @@ void PriceStraggler(const search::Recommendation& r, const search::RecommendOpti
                    (replace ? " (advised)" : " (not worth a restart)");
 }
 
+// The progress (B0-steps) the current configuration makes in `hours`: its measured step time (the
+// fastest measured configuration when the current one was not measured) and the gain of its batch.
+double RateHorizon(const Snapshot& s, const search::RecommendRequest& req,
+                   const estimator::EfficiencyModel& eff, double hours) {
+  const core::Measurement* cur = nullptr;
+  for (const auto& m : req.profile) {
+    if (!(m.step_time > 0)) continue;
+    if (m.key.num_nodes == s.current.num_nodes && m.key.num_replicas == s.current.num_replicas &&
+        m.key.local_bsz == s.current.local_bsz && m.key.accum_steps == s.current.accum_steps) {
+      cur = &m;
+      break;
+    }
+    if (!cur || m.throughput() > cur->throughput()) cur = &m;
+  }
+  if (!cur) return 1;
+  const double batch = static_cast<double>(cur->key.global_batch());
+  const double steps = eff.StepsToProgress(batch, s.progress, s.progress + 1).steps;
+  const double gain = steps > 0 && std::isfinite(steps) ? 1 / steps : 1;
+  return std::max(1e-9, hours * 3600 / cur->step_time * gain);
+}
+
+// The rate objective's numbers for each evaluation of the record: USD per B0-step and B0-steps per
+// hour over the priced horizon.
+void AddRates(double horizon, double hours, nlohmann::json* j) {
+  (*j)["target_progress"] = nullptr;
+  (*j)["rate"] = {{"horizon_progress", horizon}, {"horizon_hours", hours}};
+  auto add = [&](nlohmann::json& e) {
+    if (!e.is_object() || !e.contains("cost_usd") || !e["cost_usd"].is_number()) return;
+    const double usd = e["cost_usd"].get<double>(), h = e["hours"].get<double>();
+    e["usd_per_progress"] = usd / horizon;
+    e["progress_per_hour"] = h > 0 ? horizon / h : 0.0;
+  };
+  for (const char* k : {"current", "proposed", "best_predicted"})
+    if (j->contains(k)) add((*j)[k]);
+  if (j->contains("alternatives"))
+    for (auto& a : (*j)["alternatives"]) add(a);
+}
+
 std::string LogLine(const search::Recommendation& r, const std::string& reason) {
   const char* action = search::ActionName(r.action);
   std::string line = std::string("cloudtune: ") + action + " " + r.proposed.config.ToString() +
@@ -67,9 +106,38 @@ std::string LogLine(const search::Recommendation& r, const std::string& reason) 
 
 }  // namespace
 
+double Target::Progress(double base_batch) const {
+  if (progress > 0) return progress;
+  if (steps > 0) return steps;  // base_batch is the initial global batch: one step, one B0-step
+  if (!(base_batch > 0)) return 0;
+  if (samples > 0) return samples / base_batch;
+  if (epochs > 0 && dataset_size > 0) return epochs * dataset_size / base_batch;
+  return 0;
+}
+
+std::string Target::ToString() const {
+  auto num = [](double v) {
+    std::ostringstream s;
+    s << v;
+    return s.str();
+  };
+  if (progress > 0) return num(progress) + " B0-steps";
+  if (steps > 0) return num(steps) + " steps";
+  if (samples > 0) return num(samples) + " samples";
+  if (epochs > 0)
+    return num(epochs) + " epochs" + (dataset_size > 0 ? "" : " (needs CLOUDTUNE_DATASET_SIZE)");
+  return "none";
+}
+
 bool FitAndSearchOptions::IsValid(std::string* error) const {
-  if (!(recommend.target_progress > 0)) {
-    if (error) *error = "target progress must be > 0 (set CLOUDTUNE_TARGET_PROGRESS)";
+  for (double v : {target.progress, target.steps, target.samples, target.epochs,
+                   target.dataset_size})
+    if (!(v >= 0) || !std::isfinite(v)) {
+      if (error) *error = "targets and the dataset size must be finite and >= 0";
+      return false;
+    }
+  if (!(rate_horizon_hours > 0) || !std::isfinite(rate_horizon_hours)) {
+    if (error) *error = "rate_horizon_hours must be > 0";
     return false;
   }
   if (!recommend.IsValid(error)) return false;
@@ -91,7 +159,11 @@ FitAndSearchOptions SearchOptionsFrom(const Options& options, const search::Cata
   fo.recommend.objective.goal = goal;
   fo.recommend.objective.deadline_h = options.deadline_hours;
   fo.recommend.objective.budget_usd = options.budget_usd;
-  fo.recommend.target_progress = options.target_progress;
+  fo.target.progress = options.target_progress;
+  fo.target.steps = options.target_steps;
+  fo.target.samples = options.target_samples;
+  fo.target.epochs = options.target_epochs;
+  fo.target.dataset_size = options.dataset_size;
   if (options.max_local_batch > 0) fo.recommend.space.max_local_bsz = options.max_local_batch;
   fo.instance_type = options.instance_type;
   if (!options.candidates.empty())
@@ -149,11 +221,18 @@ search::RecommendRequest BuildRecommendRequest(const Snapshot& s, const FitAndSe
   req.current = cur;
   req.catalog = o.catalog;
   req.options = o.recommend;
-  req.options.current_progress = std::min(s.progress, o.recommend.target_progress);
+  const double target = o.target.Progress(s.noise.base_batch);
+  req.options.target_progress = target;
+  req.options.current_progress = std::min(s.progress, target);
   const bool cost_goal = o.recommend.objective.goal == search::Goal::kCost;
   req.options.spent = cost_goal ? s.cost_usd : s.elapsed_seconds / 3600.0;
   req.options.exploration_spent =
       std::min(req.options.spent, cost_goal ? s.exploration_usd : s.exploration_seconds / 3600.0);
+  // Deadline and budget hold for the whole run: what is left of them after what was spent. One
+  // already missed leaves a sliver, so every candidate misses it and the reason says so.
+  search::ObjectiveOptions& obj = req.options.objective;
+  if (obj.deadline_h > 0) obj.deadline_h = std::max(1e-6, obj.deadline_h - s.elapsed_seconds / 3600.0);
+  if (obj.budget_usd > 0) obj.budget_usd = std::max(1e-6, obj.budget_usd - s.cost_usd);
   req.throughput = o.throughput;
   req.candidates = o.candidates;
   return req;
@@ -161,14 +240,23 @@ search::RecommendRequest BuildRecommendRequest(const Snapshot& s, const FitAndSe
 
 TunerResult FitAndSearch(const Snapshot& s, const RefitContext& ctx,
                          const FitAndSearchOptions& o) {
-  if (s.profile.empty()) throw std::runtime_error("no measured configuration yet");
+  if (s.profile.empty()) throw NotReady("no measured configuration yet");
   if (!o.efficiency_model && (!(s.noise.grad_sqr > 0) || !(s.noise.base_batch > 0)))
-    throw std::runtime_error("no gradient noise estimate yet");
+    throw NotReady("no gradient noise estimate yet");
   const bool preempted = ctx.trigger == "preemption";
   search::RecommendRequest req = BuildRecommendRequest(s, o, preempted);
   const double slowdown = s.straggler_factor > 1 ? s.straggler_factor : 1.0;
   if (slowdown > 1) DestraggleProfile(s.current, slowdown, &req.profile);
   req.efficiency = EfficiencyFor(s, o);
+  const bool rate = !(req.options.target_progress > 0);
+  double horizon = 0;  // B0-steps priced by the rate objective
+  if (rate) {
+    horizon = RateHorizon(s, req, *req.efficiency, o.rate_horizon_hours);
+    req.options.current_progress = s.progress;
+    req.options.target_progress = s.progress + horizon;
+    req.options.objective.deadline_h = 0;
+    req.options.objective.budget_usd = 0;
+  }
 
   const search::Recommendation r = search::Recommend(req);
   TunerResult out;
@@ -182,7 +270,9 @@ TunerResult FitAndSearch(const Snapshot& s, const RefitContext& ctx,
                                                                    : nlohmann::json()},
                  {"efficiency", req.efficiency->ToJson()}};
   j["progress"] = s.progress;
-  j["target_progress"] = req.options.target_progress;
+  j["target_progress"] = rate ? nlohmann::json() : nlohmann::json(req.options.target_progress);
+  j["target"] = o.target.ToString();
+  if (rate) AddRates(horizon, o.rate_horizon_hours, &j);
   j["step"] = s.step;
   j["straggler_factor"] = s.straggler_factor;
   j["trigger"] = ctx.trigger;

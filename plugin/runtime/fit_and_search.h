@@ -12,6 +12,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,13 @@
 namespace cloudtune::runtime {
 
 using core::Snapshot;
+
+// Thrown by FitAndSearch when the job has not measured enough yet (no configuration, no noise
+// estimate): the tuner waits instead of reporting an error.
+class NotReady : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
 
 // Why a refit runs.
 struct RefitContext {
@@ -48,10 +56,34 @@ struct TunerResult {
   std::shared_ptr<const estimator::EfficiencyModel> efficiency;
 };
 
+// What counts as finished. The first one set wins: progress (B0-steps), optimizer steps at the
+// initial batch, samples, epochs (× dataset_size samples). None set: no target, and the search
+// ranks configurations by a rate (see FitAndSearch).
+struct Target {
+  double progress = 0;      // B0-steps (CLOUDTUNE_TARGET_PROGRESS)
+  double steps = 0;         // optimizer steps at the initial batch (CLOUDTUNE_TARGET_STEPS)
+  double samples = 0;       // training samples (CLOUDTUNE_TARGET_SAMPLES)
+  double epochs = 0;        // passes over the data (CLOUDTUNE_TARGET_EPOCHS)
+  double dataset_size = 0;  // samples per epoch (CLOUDTUNE_DATASET_SIZE; needed by epochs)
+  bool set() const { return progress > 0 || steps > 0 || samples > 0 || epochs > 0; }
+  // In B0-steps for a job whose base batch (its initial global batch) is `base_batch`; 0 when
+  // none is set or it cannot be converted yet (epochs without a dataset size).
+  double Progress(double base_batch) const;
+  // "20000 B0-steps", "3 epochs" … or "none".
+  std::string ToString() const;
+};
+
 struct FitAndSearchOptions {
-  // Objective, constraints, target progress and search space. recommend.target_progress must be
-  // > 0; recommend.current_progress, spent and exploration_spent are taken from the snapshot.
+  // Objective, constraints and search space. recommend.target_progress is set from `target` at
+  // each call; current_progress, spent and exploration_spent are taken from the snapshot, and the
+  // deadline and budget are reduced by what the snapshot has spent.
   search::RecommendOptions recommend;
+  // What counts as finished (none: the rate objective).
+  Target target;
+  // With no target: configurations are compared on the progress the current configuration makes
+  // in this many hours (cost per unit of progress, or hours per unit of progress for `time`; a
+  // switch's cost is amortised over it). > 0.
+  double rate_horizon_hours = 1.0;
   // Instance catalog; nullptr = search::DefaultCatalog(). Must outlive the calls.
   const search::Catalog* catalog = nullptr;
   // Instance type of the current configuration and of profile rows without one ("" = the
@@ -91,7 +123,11 @@ search::RecommendRequest BuildRecommendRequest(const Snapshot& s, const FitAndSe
 void DestraggleProfile(const core::ConfigKey& current, double slowdown,
                        std::vector<core::Measurement>* profile);
 
-// One fit-and-search on `s`:
+// One fit-and-search on `s`. With no target the objective is a rate: the search prices the
+// progress H that the current configuration makes in rate_horizon_hours, so it ranks by cost per
+// unit of progress (objective cost) or time per unit of progress (objective time); deadline and
+// budget need a target and are ignored without one; the record says "target": "none" and gives
+// each evaluation's "usd_per_progress" and "progress_per_hour".
 //   recommendation = Recommendation::ToJson() + {"models":{"throughput","efficiency"},
 //                    "progress","target_progress","step","straggler_factor","trigger",
 //                    "preempted"[,"straggler"]}

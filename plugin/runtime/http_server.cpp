@@ -12,6 +12,7 @@
 #include <cmath>
 #include <mutex>
 #include <optional>
+#include <sstream>
 
 namespace cloudtune::runtime {
 
@@ -103,7 +104,6 @@ struct HttpServer::Impl {
   asio::steady_timer accept_backoff{io};
 
   void Accept();
-  http::response<http::string_body> Handle(const http::request<http::string_body>& req);
 };
 
 namespace {
@@ -128,6 +128,25 @@ Response ErrorResponse(http::status status, unsigned version, const std::string&
                               "application/json");
   return res;
 }
+
+// The answer to a request the parser refused (`ec` is a parse error).
+Response ParseErrorResponse(const beast::error_code& ec) {
+  http::status st = http::status::bad_request;
+  std::string what = "malformed request: " + ec.message();
+  if (ec == http::error::body_limit) {
+    st = http::status::payload_too_large;
+    what = "request body too large";
+  } else if (ec == http::error::header_limit) {
+    st = http::status::request_header_fields_too_large;
+    what = "request header too large";
+  }
+  Response res = ErrorResponse(st, 11, what);
+  res.set(http::field::connection, "close");
+  res.keep_alive(false);
+  return res;
+}
+
+Response Route(const HttpProviders& providers, const http::request<http::string_body>& req);
 
 class Session : public std::enable_shared_from_this<Session> {
  public:
@@ -171,23 +190,12 @@ class Session : public std::enable_shared_from_this<Session> {
         return;
       }
       server_->rejected.fetch_add(1);
-      http::status st = http::status::bad_request;
-      std::string what = "malformed request: " + ec.message();
-      if (ec == http::error::body_limit) {
-        st = http::status::payload_too_large;
-        what = "request body too large";
-      } else if (ec == http::error::header_limit) {
-        st = http::status::request_header_fields_too_large;
-        what = "request header too large";
-      }
-      res_ = ErrorResponse(st, 11, what);
-      res_.set(http::field::connection, "close");
-      res_.keep_alive(false);
+      res_ = ParseErrorResponse(ec);
       Write(/*close=*/true);
       return;
     }
     const auto& req = parser_->get();
-    res_ = server_->Handle(req);
+    res_ = Route(server_->providers, req);
     const bool keep = req.keep_alive() && res_.result_int() < 400;
     res_.keep_alive(keep);
     server_->requests.fetch_add(1);
@@ -262,7 +270,10 @@ void HttpServer::Impl::Accept() {
   });
 }
 
-Response HttpServer::Impl::Handle(const http::request<http::string_body>& req) {
+namespace {
+
+// Maps a complete request to its answer (method, path, query and Accept against the providers).
+Response Route(const HttpProviders& providers, const http::request<http::string_body>& req) {
   const unsigned v = req.version();
   if (req.method() != http::verb::get && req.method() != http::verb::head) {
     Response res = ErrorResponse(http::status::method_not_allowed, v, "read-only endpoint");
@@ -314,6 +325,41 @@ Response HttpServer::Impl::Handle(const http::request<http::string_body>& req) {
     res.content_length(size);
   }
   return res;
+}
+
+}  // namespace
+
+std::string HttpRespond(std::string_view request, const HttpOptions& options,
+                        const HttpProviders& providers) {
+  try {
+    http::request_parser<http::string_body> parser;
+    parser.header_limit(static_cast<std::uint32_t>(options.max_header_bytes));
+    parser.body_limit(options.max_body_bytes);
+    beast::error_code ec;
+    std::size_t used = 0;
+    while (!ec && !parser.is_done() && used < request.size()) {
+      const std::size_t n =
+          parser.put(asio::buffer(request.data() + used, request.size() - used), ec);
+      if (ec == http::error::need_more) ec = {};
+      if (n == 0 && !ec) break;  // the rest is an incomplete piece the parser cannot take yet
+      used += n;
+    }
+    Response res;
+    if (ec) {
+      res = ParseErrorResponse(ec);
+    } else if (!parser.is_done()) {
+      return "";
+    } else {
+      const auto& req = parser.get();
+      res = Route(providers, req);
+      res.keep_alive(req.keep_alive() && res.result_int() < 400);
+    }
+    std::ostringstream out;
+    out << res;
+    return out.str();
+  } catch (...) {  // e.g. out of memory: the connection would be closed without an answer
+    return "";
+  }
 }
 
 HttpServer::HttpServer(HttpOptions options, HttpProviders providers)

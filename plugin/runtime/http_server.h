@@ -16,6 +16,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <thread>
 
 namespace cloudtune::runtime {
@@ -57,6 +58,14 @@ struct HttpStats {
   std::uint64_t rejected = 0;     // 4xx/5xx answers, over-limit and malformed requests
   std::uint64_t connections = 0;  // accepted connections
 };
+
+// Answers one raw request as a connection of HttpServer does, without a socket: `request` (the
+// bytes a client sent) is parsed with the options' header and body limits and routed to the
+// providers. Returns the serialized response (status line, fields, body), or "" when the bytes are
+// not yet a complete request (the server would wait for more and time out). Never throws. Used by
+// the tests and the fuzzer (fuzz/http_request_fuzz.cpp) to exercise parsing and routing.
+std::string HttpRespond(std::string_view request, const HttpOptions& options,
+                        const HttpProviders& providers);
 
 class HttpServer {
  public:

@@ -29,7 +29,8 @@ const std::vector<Field>& Fields() {
       {"", &Options::enabled, "1 switches the plugin on; unset or 0 = every hook is a no-op"},
       {"sidecar", &Options::sidecar, "JSON Lines sidecar written by rank 0"},
       {"profile", &Options::profile, "trace CSV of this job's measurements per configuration"},
-      {"instance_type", &Options::instance_type, "instance type written into the profile"},
+      {"instance_type", &Options::instance_type,
+       "instance type (catalog name); local = ask the cloud's metadata, else the CUDA device"},
       {"measure_every", &Options::measure_every, "optimizer steps per measurement record"},
       {"warmup_steps", &Options::warmup_steps,
        "steps ignored at start-up and after a configuration change"},
@@ -41,16 +42,27 @@ const std::vector<Field>& Fields() {
       {"deadline_hours", &Options::deadline_hours, "finish within this many hours (0 = none)"},
       {"budget_usd", &Options::budget_usd, "spend at most this many USD (0 = none)"},
       {"target_progress", &Options::target_progress,
-       "progress (steps at the initial batch) that counts as finished (0 = unknown)"},
+       "progress (B0-steps: steps at the initial batch) that counts as finished (0 = none)"},
+      {"target_steps", &Options::target_steps,
+       "optimizer steps at the initial batch that count as finished (0 = none)"},
+      {"target_samples", &Options::target_samples,
+       "training samples that count as finished (0 = none)"},
+      {"target_epochs", &Options::target_epochs,
+       "epochs that count as finished; needs CLOUDTUNE_DATASET_SIZE (0 = none)"},
+      {"dataset_size", &Options::dataset_size, "samples per epoch (0 = unknown)"},
       {"catalog", &Options::catalog, "instance catalog CSV (empty = built-in)"},
       {"candidates", &Options::candidates,
        "trace CSV of the only configurations the tuner may propose (empty = the whole space)"},
       {"http", &Options::http, "host:port of the HTTP endpoint (empty = off)"},
       {"state", &Options::state, "state file kept across restarts (empty = none)"},
+      {"metadata_url", &Options::metadata_url,
+       "instance metadata to ask: auto (on cloud VMs), off, or an http:// base URL"},
       {"preemption_url", &Options::preemption_url,
        "URL polled for preemption notices (empty = off)"},
       {"preemption_poll_seconds", &Options::preemption_poll_seconds,
        "seconds between preemption polls"},
+      {"agree_timeout_seconds", &Options::agree_timeout_seconds,
+       "seconds the ranks wait for each other to agree on/off at start-up"},
       {"straggler_every", &Options::straggler_every, "steps between straggler checks (0 = off)"},
       {"log_level", &Options::log_level, "log verbosity: error, warn, info or debug"},
   };
@@ -170,6 +182,13 @@ bool Options::IsValid(std::string* error) const {
   if (deadline_hours < 0) return fail(&deadline_hours, "must be >= 0 (hours, 0 = none)");
   if (budget_usd < 0) return fail(&budget_usd, "must be >= 0 (USD, 0 = none)");
   if (target_progress < 0) return fail(&target_progress, "must be >= 0");
+  if (target_steps < 0) return fail(&target_steps, "must be >= 0 (steps)");
+  if (target_samples < 0) return fail(&target_samples, "must be >= 0 (samples)");
+  if (target_epochs < 0) return fail(&target_epochs, "must be >= 0 (epochs)");
+  if (dataset_size < 0) return fail(&dataset_size, "must be >= 0 (samples)");
+  if (target_epochs > 0 && !(dataset_size > 0) && !(target_progress > 0) &&
+      !(target_steps > 0) && !(target_samples > 0))
+    return fail(&target_epochs, "needs CLOUDTUNE_DATASET_SIZE (samples per epoch)");
   if (!http.empty()) {
     auto colon = http.rfind(':');
     bool ok = colon != std::string::npos && colon > 0 && colon + 1 < http.size();
@@ -180,8 +199,12 @@ bool Options::IsValid(std::string* error) const {
     }
     if (!ok) return fail(&http, "expected host:port with a port in 0..65535");
   }
+  if (metadata_url != "auto" && metadata_url != "off" && metadata_url.rfind("http://", 0) != 0)
+    return fail(&metadata_url, "must be auto, off or an http:// URL");
   if (!(preemption_poll_seconds > 0))
     return fail(&preemption_poll_seconds, "must be > 0 (seconds)");
+  if (!(agree_timeout_seconds > 0) || !std::isfinite(agree_timeout_seconds))
+    return fail(&agree_timeout_seconds, "must be > 0 (seconds)");
   if (straggler_every < 0) return fail(&straggler_every, "must be >= 0 (steps, 0 = off)");
   if (log_level != "error" && log_level != "warn" && log_level != "info" && log_level != "debug")
     return fail(&log_level, "must be error, warn, info or debug");

@@ -23,7 +23,9 @@ struct Options {
   std::string sidecar = "cloudtune.sidecar.jsonl";
   // Trace CSV profile of this job's measurements per configuration (DESIGN §5 format).
   std::string profile = "cloudtune.profile.csv";
-  // Instance type written into the profile's instance_type column.
+  // Instance type (a catalog name) of the machines the job runs on. "local" = unknown: the runtime
+  // asks the cloud's metadata service, else maps the CUDA device to the catalog; failing both the
+  // job stays "local" (prices unknown, costs counted in GPU-hours; batch and worker advice applies).
   std::string instance_type = "local";
   // Optimizer steps per `measurement` record (and per profile/tuner update).
   int measure_every = 50;
@@ -41,8 +43,19 @@ struct Options {
   double deadline_hours = 0;
   // Spend at most this many US dollars (0 = no budget).
   double budget_usd = 0;
-  // Progress (optimizer steps at the initial batch) that counts as finished (0 = unknown).
+  // What counts as finished; the first one set wins (all 0 = no target: the tuner then ranks
+  // configurations by cost per unit of progress, or progress per hour for objective "time").
+  // Progress in B0-steps (optimizer steps at the initial batch, counted with the gain of larger
+  // batches).
   double target_progress = 0;
+  // Optimizer steps at the initial batch.
+  double target_steps = 0;
+  // Training samples.
+  double target_samples = 0;
+  // Passes over the data; needs dataset_size.
+  double target_epochs = 0;
+  // Samples per epoch (for target_epochs; 0 = unknown).
+  double dataset_size = 0;
   // Instance catalog CSV for the search ("" = the built-in catalog).
   std::string catalog;
   // Trace CSV whose configurations are the only ones the tuner may propose (rows without an
@@ -53,10 +66,17 @@ struct Options {
   std::string http;
   // File holding the tuner's state across restarts ("" = none).
   std::string state;
+  // Where the job asks what it runs on: "auto" = the cloud's instance metadata service
+  // (169.254.169.254) when the machine's firmware says it is a cloud VM, "off" = never, or an
+  // http:// base URL. Only used when instance_type is not set (CLOUDTUNE_INSTANCE_TYPE).
+  std::string metadata_url = "auto";
   // URL polled for spot preemption notices ("" = off).
   std::string preemption_url;
   // Seconds between two polls of preemption_url.
   double preemption_poll_seconds = 5;
+  // Seconds every rank waits at start-up for the others to say whether they can switch the plugin
+  // on (it is on only if all can). > 0.
+  double agree_timeout_seconds = 10;
   // Steps between two straggler checks across ranks (0 = off).
   int straggler_every = 200;
   // Log verbosity: "error", "warn", "info" or "debug".

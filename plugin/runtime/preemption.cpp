@@ -1,10 +1,6 @@
 #include "plugin/runtime/preemption.h"
 
 #include <algorithm>
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/ip/tcp.hpp>
-#include <boost/beast/core.hpp>
-#include <boost/beast/http.hpp>
 #include <cctype>
 #include <chrono>
 #include <cmath>
@@ -13,11 +9,6 @@
 #include "plugin/runtime/detail/time.h"
 
 namespace cloudtune::runtime {
-
-namespace asio = boost::asio;
-namespace beast = boost::beast;
-namespace http = beast::http;
-using tcp = asio::ip::tcp;
 
 namespace {
 
@@ -79,45 +70,6 @@ bool PreemptionOptions::IsValid(std::string* error) const {
     std::string why;
     if (!ParseHttpUrl(url, &u, &why)) return fail("preemption url: " + why);
   }
-  return true;
-}
-
-bool ParseHttpUrl(const std::string& url, HttpUrl* out, std::string* error) {
-  auto fail = [&](const std::string& m) {
-    if (error) *error = "'" + url + "': " + m;
-    return false;
-  };
-  const std::string scheme = "http://";
-  if (Lower(url.substr(0, scheme.size())) != scheme) return fail("only http:// URLs are supported");
-  const std::string rest = url.substr(scheme.size());
-  const auto slash = rest.find_first_of("/?");
-  std::string authority = rest.substr(0, slash);
-  HttpUrl u;
-  u.target = slash == std::string::npos ? "/" : rest.substr(slash);
-  if (!u.target.empty() && u.target[0] == '?') u.target = "/" + u.target;
-  if (authority.find('@') != std::string::npos) return fail("user info is not supported");
-  if (!authority.empty() && authority[0] == '[') {
-    const auto close = authority.find(']');
-    if (close == std::string::npos) return fail("malformed [IPv6] host");
-    u.host = authority.substr(1, close - 1);
-    const std::string tail = authority.substr(close + 1);
-    if (!tail.empty()) {
-      if (tail[0] != ':') return fail("malformed port");
-      u.port = tail.substr(1);
-    }
-  } else {
-    const auto colon = authority.find(':');
-    u.host = authority.substr(0, colon);
-    if (colon != std::string::npos) u.port = authority.substr(colon + 1);
-  }
-  if (u.host.empty()) return fail("no host");
-  if (u.port.empty() || u.port.size() > 5 ||
-      u.port.find_first_not_of("0123456789") != std::string::npos || std::stoi(u.port) > 65535)
-    return fail("port is not a number in 0..65535");
-  for (char c : u.target)
-    if (static_cast<unsigned char>(c) <= ' ')
-      return fail("URL contains spaces or control characters");
-  *out = u;
   return true;
 }
 
@@ -263,58 +215,22 @@ bool PreemptionWatcher::Stopping() {
 
 PreemptionWatcher::Answer PreemptionWatcher::Exchange(bool put, const std::string& target,
                                                       const Headers& headers) {
+  HttpRequestSpec spec;
+  spec.put = put;
+  spec.target = target;
+  spec.headers = headers;
+  spec.connect_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::duration<double>(options_.connect_timeout_seconds));
+  spec.read_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::duration<double>(options_.read_timeout_seconds));
+  spec.max_body_bytes = options_.max_body_bytes;
+  const HttpAnswer a = HttpExchange(url_, spec);
   Answer out;
-  asio::io_context ioc;
-  tcp::resolver resolver(ioc);
-  beast::tcp_stream stream(ioc);
-  http::request<http::string_body> req{put ? http::verb::put : http::verb::get, target, 11};
-  req.set(http::field::host, url_.host);
-  req.set(http::field::user_agent, "cloudtune");
-  req.set(http::field::connection, "close");
-  for (const auto& [name, value] : headers) req.set(name, value);
-  req.prepare_payload();  // PUT: "Content-Length: 0"
-  beast::flat_buffer buffer;
-  http::response_parser<http::string_body> parser;
-  parser.body_limit(options_.max_body_bytes);
-  beast::error_code result = asio::error::timed_out;
-  bool done = false;
-
-  auto finish = [&](beast::error_code ec) {
-    result = ec;
-    done = true;
-  };
-  resolver.async_resolve(
-      url_.host, url_.port, [&](beast::error_code ec, tcp::resolver::results_type results) {
-        if (ec) return finish(ec);
-        stream.expires_after(Seconds(options_.connect_timeout_seconds));
-        stream.async_connect(results, [&](beast::error_code ec, const tcp::endpoint&) {
-          if (ec) return finish(ec);
-          stream.expires_after(Seconds(options_.read_timeout_seconds));
-          http::async_write(stream, req, [&](beast::error_code ec, std::size_t) {
-            if (ec) return finish(ec);
-            http::async_read(stream, buffer, parser,
-                             [&](beast::error_code ec, std::size_t) { finish(ec); });
-          });
-        });
-      });
-  // Overall bound (covers name resolution, which has no timeout of its own).
-  ioc.run_for(Seconds(options_.connect_timeout_seconds + options_.read_timeout_seconds));
-  if (!done) {
-    resolver.cancel();
-    beast::error_code ignored;
-    stream.socket().close(ignored);
-    ioc.stop();
-  }
-  if (!done || result) {
-    out.error = done ? result.message() : std::string("timed out");
-    return out;
-  }
-  const auto& res = parser.get();
-  out.ok = true;
-  out.status = static_cast<int>(res.result_int());
-  out.body = res.body();
-  const auto ttl = res.find(kAwsTokenTtlHeader);
-  if (ttl != res.end()) out.token_ttl = std::string(ttl->value());
+  out.ok = a.ok;
+  out.error = a.error;
+  out.status = a.status;
+  out.body = a.body;
+  out.token_ttl = a.Header(kAwsTokenTtlHeader);
   return out;
 }
 

@@ -32,6 +32,8 @@
 #include <utility>
 #include <vector>
 
+#include "plugin/runtime/http_client.h"
+
 namespace cloudtune::runtime {
 
 enum class MetadataProvider { kAuto, kAws, kGcp, kAzure };
@@ -54,15 +56,6 @@ struct PreemptionOptions {
   int aws_token_ttl_seconds = 21600;
   bool IsValid(std::string* error) const;
 };
-
-// Parsed pieces of an http:// URL.
-struct HttpUrl {
-  std::string host;
-  std::string port = "80";
-  std::string target = "/";  // path + query
-};
-// Returns false with a message for anything but http://host[:port][/path][?query].
-bool ParseHttpUrl(const std::string& url, HttpUrl* out, std::string* error);
 
 MetadataProvider DetectProvider(const std::string& url);
 const char* ProviderName(MetadataProvider p);

@@ -1,6 +1,7 @@
 #include "plugin/runtime/runtime.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -15,6 +16,7 @@
 #include "plugin/runtime/state.h"
 #include "plugin/runtime/straggler.h"
 #include "plugin/runtime/tuner.h"
+#include "search/cost.h"
 
 namespace cloudtune::runtime {
 namespace {
@@ -61,6 +63,40 @@ nlohmann::json InputsJson(const core::Snapshot& s, bool restored) {
 
 }  // namespace
 
+bool AgreeAcrossRanks(KeyValueStore& store, const std::string& prefix, int world_size,
+                      bool local_ok, double timeout_seconds, std::string* why) {
+  if (why) why->clear();
+  try {
+    if (!local_ok) store.Add(prefix + "off", 1);
+    store.Add(prefix + "arrived", 1);
+    const auto deadline = std::chrono::steady_clock::now() +
+                          std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                              std::chrono::duration<double>(timeout_seconds));
+    long long arrived = 0;
+    for (auto wait = std::chrono::milliseconds(1);;
+         wait = std::min(wait * 2, std::chrono::milliseconds(50))) {
+      arrived = store.Add(prefix + "arrived", 0);
+      if (arrived >= world_size || std::chrono::steady_clock::now() > deadline) break;
+      std::this_thread::sleep_for(wait);
+    }
+    if (arrived < world_size) {
+      if (why)
+        *why = std::to_string(world_size - arrived) + " of " + std::to_string(world_size) +
+               " rank(s) did not start the plugin within " +
+               std::to_string(static_cast<int>(timeout_seconds)) + " s";
+      // Latecomers must see "off" too.
+      store.Add(prefix + "off", 1);
+      return false;
+    }
+    const long long off = store.Add(prefix + "off", 0);
+    if (off > 0 && why) *why = std::to_string(off) + " rank(s) could not switch the plugin on";
+    return off == 0;
+  } catch (const std::exception& e) {
+    if (why) *why = std::string("agreeing through the job's store failed: ") + e.what();
+    return false;
+  }
+}
+
 std::vector<core::Measurement> MergeProfiles(const std::vector<core::Measurement>& a,
                                              const std::vector<core::Measurement>& b) {
   if (a.empty()) return b;
@@ -102,8 +138,34 @@ Runtime::Runtime(RuntimeSetup setup) : setup_(std::move(setup)), opt_(setup_.opt
     search_.catalog = &catalog_;
   }
   if (setup_.customize) setup_.customize(&search_);
+  instance_.instance_type = search_.instance_type;
+  instance_.source = "CLOUDTUNE_INSTANCE_TYPE";
+  UsePseudoType();
   std::string why;
   if (search_error_.empty() && !search_.IsValid(&why)) search_error_ = why;
+}
+
+// An instance type the catalog does not know ("local"): the job's own machines, priced at 1 per
+// GPU-hour so that costs read as GPU-hours, on demand only; the search stays on them (there is no
+// price to compare other types with), so its advice is about batch and workers.
+void Runtime::UsePseudoType() {
+  const std::string& type = search_.instance_type;
+  if (type.empty() || catalog_.Find(type) >= 0) return;
+  search::InstanceType t;
+  t.cloud = "local";
+  t.name = type;
+  t.gpus = std::max(1, setup_.world_size / std::max(1, setup_.num_nodes));
+  t.ondemand_per_hour = t.gpus;
+  t.network_gbps = search::CatalogOptions{}.default_network_gbps;
+  catalog_.types.push_back(t);
+  search_.recommend.space.types = {type};
+  search_.recommend.space.allow_spot = search_.recommend.space.allow_anchor = false;
+  pseudo_type_ = true;
+}
+
+void Runtime::SetTarget(const Target& target) {
+  std::lock_guard<std::mutex> lock(target_mu_);
+  target_ = target;
 }
 
 Runtime::~Runtime() { StopThreads(); }
@@ -128,14 +190,29 @@ TunerResult Runtime::Decide(const core::Snapshot& s, const std::string& trigger)
   // In a live job a straggler found (or recovered) since the snapshot was taken counts too.
   const double factor =
       straggler_on_ ? straggler_factor_.load(std::memory_order_relaxed) : s.straggler_factor;
+  std::optional<Target> target;
+  {
+    std::lock_guard<std::mutex> lock(target_mu_);
+    target = target_;
+  }
+  const FitAndSearchOptions* o = &search_;
+  FitAndSearchOptions with_target;
+  if (target) {
+    with_target = search_;
+    with_target.target = *target;
+    o = &with_target;
+  }
   TunerResult r;
   if (factor != s.straggler_factor) {
     core::Snapshot with = s;
     with.straggler_factor = factor;
-    r = FitAndSearch(with, ctx, search_);
+    r = FitAndSearch(with, ctx, *o);
   } else {
-    r = FitAndSearch(s, ctx, search_);
+    r = FitAndSearch(s, ctx, *o);
   }
+  if (pseudo_type_)
+    r.recommendation["prices"] = "unknown: instance type '" + search_.instance_type +
+                                 "' is not in the catalog; costs are GPU-hours";
   if (factor > 1) r.change_key += "|straggler";
   r.recommendation["trigger"] = trigger;
   if (preempted) r.change_key += "|preempted";
@@ -239,7 +316,16 @@ std::shared_ptr<const core::Snapshot> Runtime::Convert(const core::Snapshot& p) 
   }
   s->step = base_.step + p.step;
   s->progress = base_.progress + progress_;
-  s->profile = MergeProfiles(base_.profile, p.profile);
+  // Rows labelled with the options' instance type ("local") are of the type found at Start.
+  if (opt_.instance_type != search_.instance_type) {
+    for (auto& m : s->profile)
+      if (m.key.instance_type == opt_.instance_type) m.key.instance_type = search_.instance_type;
+    if (s->current.instance_type == opt_.instance_type)
+      s->current.instance_type = search_.instance_type;
+  }
+  if (!s->purchase) s->purchase = search_.purchase;
+  CountSpending(p, s.get());
+  s->profile = MergeProfiles(base_.profile, s->profile);
   s->noise = noise;
   s->noise_valid = have_noise;
   s->noise_history = base_.noise_history;
@@ -249,12 +335,109 @@ std::shared_ptr<const core::Snapshot> Runtime::Convert(const core::Snapshot& p) 
   return s;
 }
 
+// What the job has spent: the current configuration's price over the time since the last
+// snapshot; time in a configuration the last recommendation asked to measure is exploration.
+void Runtime::CountSpending(const core::Snapshot& p, core::Snapshot* s) {
+  const double dt = std::max(0.0, p.elapsed_seconds - last_elapsed_);
+  last_elapsed_ = std::max(last_elapsed_, p.elapsed_seconds);
+  double price = 0;
+  const int i = catalog_.Find(s->current.instance_type);
+  if (i >= 0)
+    price = search::HourlyPrice(catalog_.types[i], std::max(1, s->current.num_nodes),
+                                s->purchase.value_or(core::Purchase::kOnDemand));
+  spent_usd_ += price * dt / 3600;
+  bool exploring = false;
+  if (tuner_) {
+    if (const auto rec = tuner_->Latest(); rec && rec->is_object() &&
+                                            rec->value("action", "") == "measure") {
+      const nlohmann::json c = rec->value("proposed", nlohmann::json::object())
+                                   .value("config", nlohmann::json::object());
+      exploring = c.value("nodes", -1) == s->current.num_nodes &&
+                  c.value("replicas", -1) == s->current.num_replicas &&
+                  c.value("local_bsz", -1) == s->current.local_bsz &&
+                  c.value("accum_steps", -1) == s->current.accum_steps;
+    }
+  }
+  if (exploring) {
+    explore_usd_ += price * dt / 3600;
+    explore_s_ += dt;
+  }
+  s->elapsed_seconds = base_.elapsed_seconds + p.elapsed_seconds;
+  s->cost_usd = base_.cost_usd + spent_usd_;
+  s->exploration_usd = base_.exploration_usd + explore_usd_;
+  s->exploration_seconds = base_.exploration_seconds + explore_s_;
+}
+
 // ---- a live job ----
+
+void Runtime::FindInstance() {
+  CloudDetectOptions co;
+  co.url = opt_.metadata_url;
+  co.gpu_name = setup_.gpu_name;
+  co.gpus_per_node = std::max(1, setup_.world_size / std::max(1, setup_.num_nodes));
+  CloudInstance found = DetectCloudInstance(co, catalog_);
+  if (found.instance_type.empty()) {
+    instance_.note = found.note;
+    return;
+  }
+  instance_ = found;
+  search_.instance_type = found.instance_type;
+  search_.purchase = found.purchase.value_or(core::Purchase::kOnDemand);
+  if (pseudo_type_) {  // back to the whole space, priced
+    search::SpaceOptions fresh;
+    search_.recommend.space.types.clear();
+    search_.recommend.space.allow_spot = fresh.allow_spot;
+    search_.recommend.space.allow_anchor = fresh.allow_anchor;
+    pseudo_type_ = false;
+  }
+  std::string why;
+  search_error_.clear();
+  if (!catalog_error_.empty())
+    search_error_ = "catalog: " + catalog_error_;
+  else if (!search_.IsValid(&why))
+    search_error_ = why;
+}
+
+// One line: what is known (instance, price, purchase, target, objective) and what would unlock
+// more.
+std::string Runtime::StartLine() const {
+  std::ostringstream l;
+  l << "cloudtune: tuner on: instance " << search_.instance_type;
+  const int i = catalog_.Find(search_.instance_type);
+  if (!pseudo_type_ && i >= 0) {
+    char price[64];
+    std::snprintf(price, sizeof price, "$%.2f/h",
+                  search::HourlyPrice(catalog_.types[i], 1, search_.purchase));
+    l << " (" << core::PurchaseName(search_.purchase) << ", " << price << " each, from "
+      << instance_.source << ")";
+  } else {
+    l << " (prices unknown" << (instance_.note.empty() ? "" : ": " + instance_.note)
+      << "; batch and worker advice still applies, costs in GPU-hours)";
+  }
+  const Target t = target_.value_or(search_.target);
+  l << ", objective " << core::GoalName(search_.recommend.objective.goal) << ", target "
+    << t.ToString();
+  if (!t.set())
+    l << " (ranked by " << (search_.recommend.objective.goal == core::Goal::kCost
+                                ? "cost per unit of progress"
+                                : "progress per hour")
+      << ")";
+  std::vector<std::string> unlock;
+  if (pseudo_type_) unlock.push_back("CLOUDTUNE_INSTANCE_TYPE to price it");
+  if (!t.set())
+    unlock.push_back(
+        "CLOUDTUNE_TARGET_EPOCHS (with CLOUDTUNE_DATASET_SIZE), _STEPS or _SAMPLES to predict "
+        "the time and cost to finish");
+  for (size_t k = 0; k < unlock.size(); ++k) l << (k ? "; " : "; set ") << unlock[k];
+  return l.str();
+}
 
 void Runtime::Start() {
   if (started_.exchange(true)) return;
   try {
     if (leader_) {
+      if (setup_.detect_instance) FindInstance();
+      Log(StartLine());
       RestoreState();
       StartTuner();
     }
@@ -269,6 +452,9 @@ void Runtime::Start() {
 void Runtime::StartTuner() {
   TunerOptions to;
   to.refit_seconds = opt_.refit_seconds;
+  // A restored job refits on its restored snapshot at once ("restored"); a fresh one refits at each
+  // snapshot until its first recommendation.
+  to.refit_until_published = !restored_;
   tuner_ = std::make_unique<Tuner>(
       to, [this](const core::Snapshot& s, const RefitContext& c) { return Refit(s, c); },
       [this](const std::string& kind, const nlohmann::json& record) {

@@ -29,6 +29,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
@@ -36,6 +37,7 @@
 #include "estimator/core/env.h"
 #include "estimator/core/types.h"
 #include "estimator/batch_size.h"
+#include "plugin/runtime/cloud.h"
 #include "plugin/runtime/fit_and_search.h"
 #include "plugin/runtime/options.h"
 #include "search/catalog.h"
@@ -56,13 +58,29 @@ class KeyValueStore {
   // Waits for the key up to the store's timeout; throws on timeout or a broken connection.
   virtual std::string Get(const std::string& key) = 0;
   virtual void Delete(const std::string& key) = 0;
+  // Adds `delta` to the integer at `key` (0 when absent) and returns the new value.
+  virtual long long Add(const std::string& key, long long delta) = 0;
 };
+
+// Whether the plugin may touch what the ranks share (the all-reduce buffer's extra element, the
+// store), agreed by all `world_size` ranks at start-up: each rank says whether it can be on
+// (`local_ok`); all are on only if every rank is, and every rank learns the same answer. A rank
+// that does not arrive within `timeout_seconds` (it failed before reaching this point) turns
+// everybody off. `prefix` makes the keys unique to this start of the job (run id, restart count).
+// Returns the agreed answer; *why says what turned it off ("" when on).
+bool AgreeAcrossRanks(KeyValueStore& store, const std::string& prefix, int world_size,
+                      bool local_ok, double timeout_seconds, std::string* why);
 
 // What the runtime is told about the job and where its outputs go.
 struct RuntimeSetup {
   Options options;  // CLOUDTUNE_* settings (read once, Options::FromEnv)
   int rank = 0;        // this process's rank
   int world_size = 1;  // replicas
+  int num_nodes = 1;   // machines
+  // Find the instance type at Start (CLOUDTUNE_INSTANCE_TYPE was not given): the cloud's metadata,
+  // else `gpu_name` mapped to the catalog. Rank 0 only.
+  bool detect_instance = false;
+  std::string gpu_name;  // the CUDA device's name ("" = not on a GPU)
   core::LaunchEnv launch;  // restart count, store address (core::LaunchEnv::Read)
   // Search knobs the environment does not set (the CLI's flags, a replay scenario's traced
   // configurations), applied on top of SearchOptionsFrom(options).
@@ -96,8 +114,18 @@ class Runtime {
   const std::string& catalog_error() const { return catalog_error_; }
 
   // ---- a live job ----
-  // Starts the pieces this rank runs (see the file comment). Never throws.
+  // Starts the pieces this rank runs (see the file comment): on rank 0 first finds where the job
+  // runs (at most about 200 ms) and logs one line saying what is known and what would unlock more.
+  // Never throws.
   void Start();
+  // Where the job runs, as found at Start (or as the options say).
+  const CloudInstance& instance() const { return instance_; }
+  // The instance type and purchase the search prices the current configuration as.
+  const std::string& instance_type() const { return search_.instance_type; }
+  core::Purchase purchase() const { return search_.purchase; }
+  bool prices_known() const { return !pseudo_type_; }
+  // What counts as finished, from the training loop (overrides the options' target). Any thread.
+  void SetTarget(const Target& target);
   // Training thread, rank 0, once per measurement interval: what the plugin measured (its step,
   // configuration, profile and noise since this process started). O(configurations).
   void Observe(const core::Snapshot& measured);
@@ -141,6 +169,10 @@ class Runtime {
   void StragglerLoop();
   void GatherWindow(const Window& w);
   void StopThreads();
+  void UsePseudoType();
+  void FindInstance();
+  std::string StartLine() const;
+  void CountSpending(const core::Snapshot& p, core::Snapshot* s);
 
   RuntimeSetup setup_;
   const Options& opt_;
@@ -150,6 +182,10 @@ class Runtime {
   FitAndSearchOptions search_;
   std::string search_error_;   // why the options cannot search ("" = they can)
   std::string catalog_error_;  // why the catalog could not be read
+  bool pseudo_type_ = false;   // the instance type is not in the catalog: prices unknown
+  CloudInstance instance_;
+  mutable std::mutex target_mu_;
+  std::optional<Target> target_;  // from SetTarget
   std::atomic<bool> started_{false}, stopped_{false};
   std::atomic<bool> preempted_{false};  // a notice was seen (rank 0)
   std::unique_ptr<Tuner> tuner_;
@@ -177,6 +213,8 @@ class Runtime {
   core::Snapshot base_;  // the restored snapshot (empty when none)
 
   // Training-thread bookkeeping of Convert().
+  double last_elapsed_ = 0;
+  double spent_usd_ = 0, explore_usd_ = 0, explore_s_ = 0;
   long long last_step_ = 0;
   double progress_ = 0;  // B0-steps made by this process
   std::deque<core::NoiseObservation> history_;

@@ -78,12 +78,15 @@ void Tuner::Offer(std::shared_ptr<const Snapshot> snapshot) {
   const bool changed_config = options_.refit_on_config_change;
   std::shared_ptr<const Snapshot> previous = std::atomic_exchange(&slot_, snapshot);
   generation_.fetch_add(1, std::memory_order_release);
-  if (changed_config && previous && !(previous->current == snapshot->current) && !stopped_ &&
-      !wake_pending_.exchange(true)) {
-    // Rare (configuration changes); the post is a short critical section inside Asio.
-    asio::post(impl_->io, [this] {
+  const bool changed =
+      changed_config && previous && !(previous->current == snapshot->current);
+  const bool first = options_.refit_until_published && published_.load() == 0;
+  if ((changed || first) && !stopped_ && !wake_pending_.exchange(true)) {
+    // Rare (configuration changes, the first snapshots); the post is a short critical section
+    // inside Asio.
+    asio::post(impl_->io, [this, changed] {
       wake_pending_ = false;
-      Refit("config_change");
+      Refit(changed ? "config_change" : "first");
     });
   }
   // `previous` is released here: freeing the old profile is O(configurations), not O(steps).
@@ -123,6 +126,14 @@ void Tuner::Refit(const std::string& trigger) {
   try {
     if (!fit_) throw std::runtime_error("no fit-and-search function");
     res = fit_(*snap, ctx);
+  } catch (const NotReady& e) {
+    fit_errors_.fetch_add(1);
+    if (!logged_waiting_ && log_) {
+      logged_waiting_ = true;
+      log_(std::string("cloudtune: waiting for data before the first recommendation: ") +
+           e.what());
+    }
+    return;
   } catch (const std::exception& e) {
     fit_errors_.fetch_add(1);
     if (!logged_error_ && log_) {

@@ -36,6 +36,9 @@ struct TunerOptions {
   double refit_seconds = 30;
   // Refit as soon as a snapshot shows a different configuration than the previous one.
   bool refit_on_config_change = true;
+  // Until the first recommendation is published, refit at every snapshot (so a job gets its first
+  // recommendation as soon as the data allows, not a timer period later).
+  bool refit_until_published = false;
   bool IsValid(std::string* error) const;
 };
 
@@ -100,6 +103,7 @@ class Tuner {
   std::uint64_t fitted_generation_ = 0;
   bool have_published_ = false;
   bool logged_error_ = false;
+  bool logged_waiting_ = false;
   std::string last_change_key_;
 };
 

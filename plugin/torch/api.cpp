@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "cloudtune/cloudtune.h"
+#include "plugin/runtime/fit_and_search.h"
 #include "plugin/torch/plugin.h"
 
 namespace cloudtune {
@@ -76,6 +77,16 @@ bool ShouldCheckpoint() {
   auto* p = On();
   return p ? p->ShouldCheckpoint() : false;
 }
+void SetTarget(const Target& target) {
+  auto* p = On();
+  if (!p) return;
+  runtime::Target t;
+  t.epochs = target.epochs;
+  t.samples = target.samples;
+  t.steps = target.steps;
+  t.dataset_size = target.dataset_size;
+  p->SetTarget(t);
+}
 void Shutdown() {
   if (Global()) Global()->Finish();
 }
@@ -110,6 +121,9 @@ void OpStepEnd(int64_t local_bsz, int64_t micro_steps) {
   cloudtune::StepEnd(local_bsz, micro_steps);
 }
 bool OpShouldCheckpoint() { return cloudtune::ShouldCheckpoint(); }
+void OpSetTarget(double epochs, double samples, double steps, double dataset_size) {
+  cloudtune::SetTarget({epochs, samples, steps, dataset_size});
+}
 void OpShutdown() { cloudtune::Shutdown(); }
 
 }  // namespace
@@ -126,5 +140,8 @@ TORCH_LIBRARY(cloudtune, m) {
   m.def("grads_reduced(Tensor[] grads, float reduced_slot) -> ()", &OpGradsReduced);
   m.def("step_end(int local_bsz, int micro_steps=1) -> ()", &OpStepEnd);
   m.def("should_checkpoint() -> bool", &OpShouldCheckpoint);
+  m.def(
+      "set_target(float epochs=0, float samples=0, float steps=0, float dataset_size=0) -> ()",
+      &OpSetTarget);
   m.def("shutdown() -> ()", &OpShutdown);
 }

@@ -16,6 +16,9 @@ class C10dStore : public runtime::KeyValueStore {
     return std::string(v.begin(), v.end());
   }
   void Delete(const std::string& key) override { store_->deleteKey(key); }
+  long long Add(const std::string& key, long long delta) override {
+    return store_->add(key, delta);
+  }
 
  private:
   c10::intrusive_ptr<c10d::TCPStore> store_;

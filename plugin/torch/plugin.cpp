@@ -54,33 +54,24 @@ bool Plugin::Start(const JobInfo& job) {
     use_cuda_ = job_.cuda;
 #endif
     started_ = std::chrono::steady_clock::now();
+    // What this rank alone can tell; then every rank agrees (a rank that is off must not leave
+    // the others adding the noise-scale element to the all-reduce).
     std::string error;
-    if (!opt_.IsValid(&error)) {
+    bool ok = opt_.IsValid(&error);
+    if (!ok) {
       if (leader_) std::cerr << "cloudtune: invalid setting " << error << "; plugin switched off\n";
+    } else if (leader_ && !sidecar_.Open(opt_.sidecar, &error)) {
+      std::cerr << "cloudtune: " << error << "; plugin switched off on every rank\n";
+      ok = false;
+    }
+    std::shared_ptr<runtime::KeyValueStore> store = ConnectStore();
+    if (!Agree(store.get(), ok)) {
+      sidecar_.Close();
       return false;
     }
-    if (leader_) {
-      if (!sidecar_.Open(opt_.sidecar, &error)) {
-        std::cerr << "cloudtune: " << error << "; plugin switched off\n";
-        return false;
-      }
-      nlohmann::json options;
-      for (const auto& v : runtime::EnvTable())
-        options[v.name] = core::GetEnv(v.name).value_or(v.default_value);
-      nlohmann::json start = {{"world_size", job_.world_size},
-                              {"num_nodes", job_.num_nodes},
-                              {"rank", job_.rank},
-                              {"pid", static_cast<int64_t>(::getpid())},
-                              {"options", options}};
-      if (job_.local_bsz > 0)
-        start["config"] = ConfigJson(KeyFor(job_.local_bsz, job_.micro_steps));
-      sidecar_.Write("start", 0, start);
-      Log("on; sidecar " + opt_.sidecar + ", profile " + opt_.profile + ", " +
-          std::to_string(job_.world_size) + " replica(s), a measurement every " +
-          std::to_string(opt_.measure_every) + " steps");
-    }
     enabled_ = true;
-    StartRuntime();  // tuner, HTTP, preemption, stragglers, state (never throws)
+    StartRuntime(std::move(store));  // tuner, HTTP, preemption, stragglers, state (never throws)
+    if (leader_) WriteStartRecord();
   } catch (const std::exception& e) {
     std::cerr << "cloudtune: cannot start: " << e.what() << "; plugin switched off\n";
     enabled_ = false;
@@ -88,24 +79,79 @@ bool Plugin::Start(const JobInfo& job) {
   return enabled();
 }
 
-void Plugin::StartRuntime() {
+std::shared_ptr<runtime::KeyValueStore> Plugin::ConnectStore() {
+  if (job_.world_size < 2) return nullptr;
+  std::string error = "MASTER_PORT is not set";
+  std::shared_ptr<runtime::KeyValueStore> store;
+  if (launch_.master_port > 0) store = ConnectJobStore(launch_, &error);
+  if (!store) store_error_ = error;
+  return store;
+}
+
+bool Plugin::Agree(runtime::KeyValueStore* store, bool local_ok) {
+  if (job_.world_size < 2) return local_ok;
+  if (!store) {
+    // No store to agree through: each rank decides alone (a job launched without MASTER_ADDR /
+    // MASTER_PORT); said once.
+    if (leader_ && local_ok)
+      Log("cannot agree on/off across ranks (job store: " + store_error_ +
+          "); each rank decides alone");
+    return local_ok;
+  }
+  const std::string prefix = "cloudtune/on/" + launch_.run_id + "/" +
+                             std::to_string(launch_.restart_count) + "/";
+  std::string why;
+  const bool on = runtime::AgreeAcrossRanks(*store, prefix, job_.world_size, local_ok,
+                                            opt_.agree_timeout_seconds, &why);
+  if (!on && local_ok)
+    std::cerr << "cloudtune: rank " << job_.rank << ": switched off on every rank: " << why
+              << "\n";
+  return on;
+}
+
+void Plugin::WriteStartRecord() {
+  nlohmann::json options;
+  for (const auto& v : runtime::EnvTable())
+    options[v.name] = core::GetEnv(v.name).value_or(v.default_value);
+  nlohmann::json start = {{"world_size", job_.world_size},
+                          {"num_nodes", job_.num_nodes},
+                          {"gpus_per_node", std::max(1, job_.world_size / job_.num_nodes)},
+                          {"rank", job_.rank},
+                          {"pid", static_cast<int64_t>(::getpid())},
+                          {"options", options}};
+  if (runtime_) {
+    const runtime::CloudInstance& in = runtime_->instance();
+    start["instance"] = {{"instance_type", runtime_->instance_type()},
+                         {"purchase", core::PurchaseName(runtime_->purchase())},
+                         {"prices_known", runtime_->prices_known()},
+                         {"provider", in.provider},
+                         {"source", in.source},
+                         {"note", in.note}};
+  }
+  if (job_.local_bsz > 0) start["config"] = ConfigJson(KeyFor(job_.local_bsz, job_.micro_steps));
+  sidecar_.Write("start", 0, start);
+  Log("on; sidecar " + opt_.sidecar + ", profile " + opt_.profile + ", " +
+      std::to_string(job_.world_size) + " replica(s) on " + std::to_string(job_.num_nodes) +
+      " machine(s), a measurement every " + std::to_string(opt_.measure_every) + " steps");
+}
+
+void Plugin::StartRuntime(std::shared_ptr<runtime::KeyValueStore> store) {
   try {
     runtime::RuntimeSetup rs;
     rs.options = opt_;
     rs.rank = job_.rank;
     rs.world_size = job_.world_size;
+    rs.num_nodes = job_.num_nodes;
     rs.launch = launch_;
+    rs.detect_instance = !core::GetEnv("CLOUDTUNE_INSTANCE_TYPE").has_value();
+    rs.gpu_name = GpuName();
     runtime::Sidecar* sidecar = &sidecar_;
     rs.record = [sidecar](const std::string& kind, long long step, const nlohmann::json& rec) {
       sidecar->Write(kind, step, rec);
     };
     if (opt_.straggler_every > 0 && job_.world_size > 1) {
-      std::string error;
-      if (launch_.master_port <= 0)
-        error = "MASTER_PORT is not set";
-      else
-        rs.store = ConnectJobStore(launch_, &error);
-      if (!rs.store && leader_) Log("straggler detection off: " + error);
+      rs.store = std::move(store);
+      if (!rs.store && leader_) Log("straggler detection off: " + store_error_);
     }
     runtime_ = std::make_unique<runtime::Runtime>(std::move(rs));
     runtime_->Start();
@@ -113,6 +159,22 @@ void Plugin::StartRuntime() {
     std::cerr << "cloudtune: online tuner not started: " << e.what() << "\n";
     runtime_.reset();
   }
+}
+
+std::string Plugin::GpuName() const {
+#ifdef CLOUDTUNE_WITH_CUDA
+  if (job_.cuda) {
+    try {
+      return hooks::CudaDeviceName();
+    } catch (const std::exception&) {
+    }
+  }
+#endif
+  return "";
+}
+
+void Plugin::SetTarget(const runtime::Target& target) {
+  if (runtime_) runtime_->SetTarget(target);
 }
 
 void Plugin::SetObserver(Observer observer) { observer_ = std::move(observer); }

@@ -29,7 +29,9 @@
 #include "plugin/runtime/sidecar.h"
 
 namespace cloudtune::runtime {
-class Runtime;  // plugin/runtime/runtime.h
+class Runtime;        // plugin/runtime/runtime.h
+class KeyValueStore;  // plugin/runtime/runtime.h
+struct Target;        // plugin/runtime/fit_and_search.h
 }
 
 namespace cloudtune::plugin {
@@ -69,6 +71,8 @@ class Plugin {
   void GradsReducedTensor(const std::vector<at::Tensor>& grads, const at::Tensor& reduced_slot);
   // Ends the optimizer step: samples per replica per micro-step and the micro-steps it had.
   void StepEnd(int64_t local_bsz, int64_t micro_steps = 1);
+  // What counts as finished (from the training loop; overrides CLOUDTUNE_TARGET_*).
+  void SetTarget(const runtime::Target& target);
   // Whether the job should checkpoint now: a spot preemption notice was seen.
   bool ShouldCheckpoint() const;
   // Writes the "end" record and the final profile, stops the writer. Idempotent.
@@ -99,10 +103,15 @@ class Plugin {
   nlohmann::json ConfigJson(const core::ConfigKey& k) const;
   void WriteProfile();
 
-  void StartRuntime();
+  void StartRuntime(std::shared_ptr<runtime::KeyValueStore> store);
+  std::shared_ptr<runtime::KeyValueStore> ConnectStore();
+  bool Agree(runtime::KeyValueStore* store, bool local_ok);
+  void WriteStartRecord();
+  std::string GpuName() const;
 
   runtime::Options opt_;
   core::LaunchEnv launch_;
+  std::string store_error_;  // why the job's store could not be reached
   JobInfo job_;
   std::atomic<bool> enabled_{false};
   bool leader_ = false;  // rank 0: measures, writes

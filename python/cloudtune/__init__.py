@@ -30,8 +30,8 @@ import torch.distributed as dist
 
 from cloudtune import _locate
 
-__all__ = ["attach", "load_library", "library_path", "enabled", "should_checkpoint", "shutdown",
-           "Tuner"]
+__all__ = ["attach", "load_library", "library_path", "enabled", "should_checkpoint", "set_target",
+           "shutdown", "Tuner"]
 
 _lock = threading.Lock()
 _loaded = None  # path of the loaded library
@@ -73,6 +73,14 @@ def enabled():
 def should_checkpoint():
     """Whether the job should checkpoint now (e.g. a spot revocation notice was seen)."""
     return _loaded is not None and bool(torch.ops.cloudtune.should_checkpoint())
+
+
+def set_target(epochs=0, samples=0, steps=0, dataset_size=0):
+    """Tells the tuner what counts as finished (the first one given wins; epochs need
+    dataset_size). Without a target it ranks configurations by cost per unit of progress."""
+    if _loaded is not None:
+        torch.ops.cloudtune.set_target(float(epochs), float(samples), float(steps),
+                                       float(dataset_size))
 
 
 def shutdown():
@@ -191,6 +199,18 @@ class Tuner:
         self._ops.step_begin()
 
 
+def _all_ranks(ok, pg, world):
+    """True when `ok` holds on every rank of `pg` (one tiny all-reduce on the job's own group)."""
+    if world < 2:
+        return ok
+    device = torch.device("cpu")
+    if dist.get_backend(pg) == "nccl":
+        device = torch.device("cuda", torch.cuda.current_device())
+    flag = torch.tensor([1 if ok else 0], dtype=torch.int32, device=device)
+    dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=pg)
+    return bool(flag.item())
+
+
 def attach(model, optimizer, library=None, local_bsz=0, micro_steps=0):
     """Attaches the tuner to a DistributedDataParallel `model` and its `optimizer`.
 
@@ -206,12 +226,19 @@ def attach(model, optimizer, library=None, local_bsz=0, micro_steps=0):
                         f"DistributedDataParallel, not {type(model).__name__}")
     pg = model.process_group
     rank, world = dist.get_rank(pg), dist.get_world_size(pg)
+    ops, error = None, None
     try:
         ops = load_library(library)
     except (FileNotFoundError, OSError, RuntimeError) as e:
-        # Never stop the training job for the tuner: one line, and train without it.
-        if rank == 0:
-            print(f"{e}; tuner off", file=sys.stderr, flush=True)
+        error = e
+    # Every rank must agree before any of them adds the noise-scale element to its all-reduce:
+    # a rank without the library turns the tuner off everywhere (the plugin's own init then agrees
+    # on its settings, sidecar and the rest through the job's store).
+    if not _all_ranks(ops is not None, pg, world):
+        # Never stop the training job for the tuner: one line per rank, and train without it.
+        why = f"{error}" if error else "the plugin library could not be loaded on another rank"
+        print(f"cloudtune: rank {rank}: {why}; tuner off on every rank", file=sys.stderr,
+              flush=True)
         return Tuner(model, optimizer, None, local_bsz, micro_steps)
     ops.init(rank, world, int(local_bsz or 0), int(micro_steps or 1), 0)
     tuner = Tuner(model, optimizer, ops, local_bsz, micro_steps)

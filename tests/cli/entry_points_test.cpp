@@ -74,7 +74,7 @@ Outcome Live() {
 Outcome Cli() {
   const auto r = cli_test::RunCli(
       "recommend --profile " + kProfile + " --candidates " + kConfigs +
-      " --gns 0.02,0.6,128 --target-progress 20000 --current g4dn.12xlarge:2:4:64");
+      " --gns 0.02,0.6,128 --target-progress 20000 --current g4dn.12xlarge:2:4:64 --format json");
   EXPECT_EQ(r.status, 0) << r.err;
   if (r.status != 0) return {};
   return FromJson(nlohmann::json::parse(r.out));

@@ -67,8 +67,8 @@ cloudtune::search::Recommendation InProcess(cloudtune::search::Goal goal, double
 // The CLI runs the job's runtime, which adds what a live recommendation record carries (the
 // fitted models, progress, trigger, inputs …) to the search's document.
 nlohmann::json SearchPart(nlohmann::json j) {
-  for (const char* k : {"models", "progress", "target_progress", "step", "straggler_factor",
-                        "trigger", "preempted", "inputs"}) {
+  for (const char* k : {"models", "progress", "target_progress", "target", "step",
+                        "straggler_factor", "trigger", "preempted", "inputs"}) {
     EXPECT_TRUE(j.contains(k)) << "the recommendation lacks " << k;
     j.erase(k);
   }
@@ -92,7 +92,7 @@ void ExpectEvaluationFields(const nlohmann::json& e, const std::string& what) {
 
 TEST(RecommendCli, JsonHasTheDocumentedFieldsAndTheLibrarysNumbers) {
   CLOUDTUNE_NEEDS_SHARED_DATA();
-  Result r = RunCli("recommend --profile " + Profile() + kCommon);
+  Result r = RunCli("recommend --profile " + Profile() + kCommon + " --format json");
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_EQ(r.err, "");
   const auto j = nlohmann::json::parse(r.out);
@@ -129,7 +129,8 @@ TEST(RecommendCli, JsonHasTheDocumentedFieldsAndTheLibrarysNumbers) {
 
 TEST(RecommendCli, TimeObjectiveWithABudgetMatchesTheLibrary) {
   CLOUDTUNE_NEEDS_SHARED_DATA();
-  Result r = RunCli("recommend --profile " + Profile() + kCommon + " --objective time --budget 5");
+  Result r = RunCli("recommend --profile " + Profile() + kCommon +
+                    " --objective time --budget 5 --format json");
   ASSERT_EQ(r.status, 0) << r.err;
   const auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["objective"], "time");
@@ -292,7 +293,7 @@ TEST(ReplayCli, BadScenarios) {
       {"replay /nonexistent/s.json", "cloudtune: error: /nonexistent/s.json: cannot open\n"},
       {"replay " + malformed,
        "cloudtune: error: " + malformed +
-           ": not valid JSON (corrupt or truncated at byte 2): [json.exception.parse_error.101] "
+           ": not valid JSON (corrupt or truncated at byte 36): [json.exception.parse_error.101] "
            "parse error at line 2, column 1: syntax "
            "error while parsing object key - unexpected end of input; expected string literal\n"},
       {"replay " + no_start, "cloudtune: error: " + no_start + ": start: missing\n"},

@@ -102,12 +102,15 @@ TEST(E2E, PluginOffWritesNothing) {
   EXPECT_EQ(CountLines(log, "cloudtune:"), 0) << log;
 }
 
+// Rank 0 cannot write its sidecar: every rank switches off together (one line each), so no rank
+// adds the noise-scale element to the all-reduce alone, and training goes on.
 TEST(E2E, SidecarInMissingDirectoryLogsOnceAndTrainingGoesOn) {
   auto dir = TempDir("missing");
   std::string log;
   ASSERT_EQ(RunExample(dir, "CLOUDTUNE=1 CLOUDTUNE_SIDECAR=no/such/dir/s.jsonl", &log), 0) << log;
-  EXPECT_EQ(CountLines(log, "cloudtune:"), 1) << log;
+  EXPECT_EQ(CountLines(log, "cloudtune:"), 2) << log;  // one line per rank
   EXPECT_EQ(CountLines(log, "no/such/dir/s.jsonl"), 1) << log;
+  EXPECT_EQ(CountLines(log, "on every rank"), 2) << log;
   EXPECT_NE(log.find("test accuracy"), std::string::npos) << log;
 }
 
@@ -174,7 +177,9 @@ TEST(E2E, KilledWorkerLeavesOnlyCompleteLines) {
   auto recs = CompleteRecords(sidecar);
   ASSERT_GE(recs.size(), 6u);
   EXPECT_EQ(recs.front()["kind"], "start");
-  for (size_t i = 1; i < recs.size(); ++i) EXPECT_EQ(recs[i]["kind"], "measurement");
+  for (size_t i = 1; i < recs.size(); ++i)  // the tuner's first recommendations come early
+    EXPECT_TRUE(recs[i]["kind"] == "measurement" || recs[i]["kind"] == "recommendation")
+        << recs[i].dump();
 }
 
 }  // namespace

@@ -128,7 +128,7 @@ json CliRecommend(const json& rec, const fs::path& dir) {
   fs::remove(out);
   const std::string cmd = "'" + kCli + "' recommend --profile '" + csv.string() + "' --gns " + gns +
                           " --current " + cur + " --target-progress " + std::to_string(kTarget) +
-                          " --progress " + prog + " -o '" + out + "'";
+                          " --progress " + prog + " --format json -o '" + out + "'";
   EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
   return json::parse(Slurp(out));
 }

@@ -51,7 +51,8 @@ class LauncherTest(unittest.TestCase):
                                "instance_type\n1,2,64,0.094,0.011,0,g4dn.12xlarge\n")
             r = subprocess.run([cli, "recommend", "--profile", str(profile), "--gns",
                                 "4.5,0.88,128", "--target-progress", "900", "--progress", "60",
-                                "--current", "g4dn.12xlarge:1:2:64", "--max-nodes", "1"],
+                                "--current", "g4dn.12xlarge:1:2:64", "--max-nodes", "1",
+                                "--format", "json"],
                                capture_output=True, text=True, timeout=60)
             self.assertEqual(r.returncode, 0, r.stderr)
         doc = json.loads(r.stdout)

@@ -48,7 +48,8 @@ def cli_recommend(tmp, rec):
            "--gns", "%.17g,%.17g,%.17g" % (n["grad_sqr"], n["grad_var"], n["base_batch"]),
            "--current", "%s:%d:%d:%d:%d" % (c["instance_type"], c["num_nodes"],
                                             c["gpus_per_node"], c["local_bsz"], c["accum_steps"]),
-           "--target-progress", str(TARGET), "--progress", "%.17g" % i["progress"]]
+           "--target-progress", str(TARGET), "--progress", "%.17g" % i["progress"],
+           "--format", "json"]
     return json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
 
 

@@ -309,7 +309,7 @@ namespace {
 FitAndSearchOptions RealOptions() {
   FitAndSearchOptions o;
   o.instance_type = "g4dn.12xlarge";
-  o.recommend.target_progress = 20000;
+  o.target.progress = 20000;
   o.recommend.objective.goal = cloudtune::search::Goal::kCost;
   return o;
 }
@@ -335,8 +335,13 @@ Snapshot RealSnapshot() {
 TEST(FitAndSearch, OptionsValidation) {
   std::string err;
   FitAndSearchOptions o;
-  EXPECT_FALSE(o.IsValid(&err));  // no target progress
-  EXPECT_NE(err.find("CLOUDTUNE_TARGET_PROGRESS"), std::string::npos) << err;
+  EXPECT_TRUE(o.IsValid(&err)) << err;  // no target: the rate objective
+  o.rate_horizon_hours = 0;
+  EXPECT_FALSE(o.IsValid(&err));
+  EXPECT_NE(err.find("rate_horizon_hours"), std::string::npos) << err;
+  o = RealOptions();
+  o.target.epochs = -1;
+  EXPECT_FALSE(o.IsValid(&err));
   o = RealOptions();
   EXPECT_TRUE(o.IsValid(&err)) << err;
   o.instance_type = "no-such-type";
@@ -588,7 +593,7 @@ TEST(FitAndSearch, SameNumbersAsTheCli) {
       std::string(CLOUDTUNE_SHARED_DIR) +
       "/data/traces/pollux-t4/cifar10/placements.csv --instance-type g4dn.12xlarge --gns "
       "0.02,4,128 --target-progress 20000 --progress 1500 --current " +
-      current + " -o " + out;
+      current + " --format json -o " + out;
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
   std::ifstream in(out);
   const nlohmann::json j = nlohmann::json::parse(in);

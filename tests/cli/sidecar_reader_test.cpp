@@ -1,0 +1,140 @@
+// cli/sidecar_reader: a recorded sidecar is read whole; a killed job's truncated sidecar still
+// reads with the damage reported; a foreign schema is refused naming file and line; and
+// `recommend --from` re-runs the job's own search to the job's own last recommendation.
+#include "cli/sidecar_reader.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cli/cli_runner.h"
+#include "estimator/core/error.h"
+
+namespace {
+
+using cloudtune::InputError;
+using cloudtune::cli::ReadSidecar;
+using cloudtune::cli_test::RunCli;
+using cloudtune::cli_test::Slurp;
+using cloudtune::cli_test::Write;
+
+const std::string kSidecar = CLOUDTUNE_SOURCE_DIR "/tests/data/fmnist_sidecar.jsonl";
+
+std::vector<std::string> Lines(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<std::string> out;
+  for (std::string l; std::getline(in, l);) out.push_back(l);
+  return out;
+}
+
+TEST(SidecarReader, ReadsARecordedSidecarWhole) {
+  const auto s = ReadSidecar(kSidecar);
+  EXPECT_EQ(s.records.size(), Lines(kSidecar).size());
+  EXPECT_TRUE(s.bad_lines.empty());
+  EXPECT_EQ(s.truncated_line, 0);
+  ASSERT_NE(s.Last("start"), nullptr);
+  ASSERT_NE(s.Last("end"), nullptr);
+  EXPECT_GE(s.OfKind("measurement").size(), 10u);
+  EXPECT_GE(s.OfKind("recommendation").size(), 1u);
+  EXPECT_TRUE(s.Problems().empty());
+}
+
+TEST(SidecarReader, TruncatedSidecarOfAKilledJobReadsWhatItHas) {
+  const auto lines = Lines(kSidecar);
+  std::string text;
+  for (size_t i = 0; i < 20; ++i) text += lines[i] + "\n";
+  text += "this line is damaged\n";
+  text += lines[20].substr(0, lines[20].size() / 2);  // the kill cut the last write short
+  const auto s = ReadSidecar(Write("killed.jsonl", text));
+  EXPECT_EQ(s.records.size(), 20u);
+  EXPECT_EQ(s.bad_lines, std::vector<int>{21});
+  EXPECT_EQ(s.truncated_line, 22);
+  std::string all;
+  for (const auto& p : s.Problems()) all += p + "\n";
+  EXPECT_NE(all.find("line 22 is truncated"), std::string::npos) << all;
+  EXPECT_NE(all.find("1 unparseable line(s) skipped (21)"), std::string::npos) << all;
+  EXPECT_NE(all.find("no end record"), std::string::npos) << all;
+}
+
+TEST(SidecarReader, RefusesAForeignSchemaNamingFileAndLine) {
+  const auto lines = Lines(kSidecar);
+  std::string other = lines[1];
+  other.replace(other.find("cloudtune.sidecar/1"), 19, "othertool.log/7");
+  const std::string path = Write("foreign.jsonl", lines[0] + "\n" + other + "\n");
+  try {
+    ReadSidecar(path);
+    FAIL() << "a foreign schema was accepted";
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()), path +
+                                         ":2: schema '\"othertool.log/7\"' is not "
+                                         "cloudtune.sidecar/1 (not a cloudtune sidecar, or one of "
+                                         "another version)");
+  }
+  const auto r = RunCli("report " + path + " -o " + Write("foreign.html", ""));
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.err.find(path + ":2: schema"), std::string::npos) << r.err;
+  EXPECT_THROW(ReadSidecar(Write("empty.jsonl", "")), InputError);
+  EXPECT_THROW(ReadSidecar("/nonexistent/sidecar.jsonl"), InputError);
+}
+
+TEST(SidecarReader, InputsNameTheMissingField) {
+  const auto lines = Lines(kSidecar);
+  std::string text;
+  for (const auto& l : lines) {
+    auto j = nlohmann::json::parse(l);
+    if (j["kind"] == "recommendation") j["inputs"]["noise"].erase("grad_sqr");
+    text += j.dump() + "\n";
+  }
+  const std::string path = Write("nofield.jsonl", text);
+  const auto s = ReadSidecar(path);
+  const int line = s.Last("recommendation")->line;
+  try {
+    cloudtune::cli::InputsFromSidecar(s);
+    FAIL() << "a missing field was accepted";
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()), path + ":" + std::to_string(line) +
+                                         ": inputs.noise.grad_sqr: missing or not a number");
+  }
+  const auto r = RunCli("recommend --from " + path);
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.err.find("inputs.noise.grad_sqr"), std::string::npos) << r.err;
+}
+
+// The job's last recommendation, reproduced from what its sidecar recorded.
+TEST(RecommendFrom, ReproducesTheJobsOwnLastRecommendation) {
+  const auto s = ReadSidecar(kSidecar);
+  const nlohmann::json& job = s.Last("recommendation")->json;
+  const auto r = RunCli("recommend --from " + kSidecar + " --format json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["action"], job["action"]);
+  EXPECT_EQ(j["proposed"]["config"], job["proposed"]["config"]);
+  EXPECT_EQ(j["current"]["config"], job["current"]["config"]);
+  EXPECT_EQ(j["objective"], job["objective"]);
+  EXPECT_EQ(j["target_progress"], job["target_progress"]);
+  // The default output is the table, which names the same proposal.
+  const auto t = RunCli("recommend --from " + kSidecar);
+  ASSERT_EQ(t.status, 0) << t.err;
+  EXPECT_EQ(t.out.rfind("action: " + job["action"].get<std::string>(), 0), 0u) << t.out;
+  EXPECT_NE(t.out.find(job["proposed"]["description"].get<std::string>()), std::string::npos);
+  // A flag overrides what the job recorded.
+  const auto time = RunCli("recommend --from " + kSidecar + " --objective time --format json");
+  ASSERT_EQ(time.status, 0) << time.err;
+  EXPECT_EQ(nlohmann::json::parse(time.out)["objective"], "time");
+}
+
+TEST(RecommendFrom, NeedsARecommendationRecord) {
+  const auto lines = Lines(kSidecar);
+  const std::string path = Write("norec.jsonl", lines[0] + "\n" + lines[1] + "\n");
+  const auto r = RunCli("recommend --from " + path);
+  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.err, "cloudtune: error: " + path +
+                       ": no recommendation record, so no recorded inputs to re-run (the tuner "
+                       "had not published one)\n");
+}
+
+}  // namespace

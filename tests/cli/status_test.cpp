@@ -1,0 +1,97 @@
+// cloudtune status: against the tuner's own HTTP server (runtime::HttpServer) serving what a live
+// 2-worker Fashion-MNIST job served (tests/data/status_*), the one-screen summary shows the step,
+// the step-time split, the advice and the tuner's counters; --watch refreshes; no recommendation
+// yet and an unreachable job are reported.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+
+#include "cli/cli_runner.h"
+#include "plugin/runtime/http_server.h"
+
+namespace {
+
+using cloudtune::cli_test::RunCli;
+using cloudtune::cli_test::Slurp;
+using cloudtune::runtime::HttpOptions;
+using cloudtune::runtime::HttpProviders;
+using cloudtune::runtime::HttpServer;
+
+const std::string kData = CLOUDTUNE_SOURCE_DIR "/tests/data/";
+
+HttpProviders Recorded(bool with_recommendation) {
+  HttpProviders p;
+  const std::string rec = with_recommendation ? Slurp(kData + "status_recommendation.json") : "";
+  const std::string prof = Slurp(kData + "status_profile.json");
+  const std::string met = Slurp(kData + "status_metrics.txt");
+  p.recommendation = [rec] { return rec; };
+  p.profile_json = [prof] { return prof; };
+  p.profile_csv = [] { return std::string("num_nodes\n"); };
+  p.metrics = [met] { return met; };
+  return p;
+}
+
+std::string Url(const HttpServer& s) { return "http://127.0.0.1:" + std::to_string(s.BoundPort()); }
+
+TEST(Status, SummarizesALiveJob) {
+  HttpServer server(HttpOptions{}, Recorded(true));
+  std::string err;
+  ASSERT_TRUE(server.Start(&err)) << err;
+  const auto r = RunCli("status " + Url(server));
+  ASSERT_EQ(r.status, 0) << r.err;
+  for (const char* s :
+       {"cloudtune status  http://127.0.0.1:", "step      200   progress 256 / 20000 B0-steps (1.3%)",
+        "now       1x g4dn.12xlarge, 2 replicas, batch 138, $3.912/h",
+        "step time 46.4 ms = compute 37.8 ms + exposed communication 8.6 ms",
+        "goodput 2290 (statistical efficiency 0.770), noise scale 183.7 samples",
+        "advice    switch: 1x Standard_NC4as_T4_v3 (1 GPU/node) spot, batch 64x1 = 64",
+        "0.245 h, $0.0154 to finish (staying: 0.154 h, $0.604)", "reason    cost: ",
+        "tuner     2 configuration(s) measured, refits 6, fit errors 0, recommendations 4",
+        "health    straggler factor 1.00, preemption notice no"})
+    EXPECT_NE(r.out.find(s), std::string::npos) << s << "\n" << r.out;
+  EXPECT_LE(std::count(r.out.begin(), r.out.end(), '\n'), 24) << "more than one screen";
+}
+
+TEST(Status, WatchRefreshes) {
+  HttpServer server(HttpOptions{}, Recorded(true));
+  std::string err;
+  ASSERT_TRUE(server.Start(&err)) << err;
+  const auto r = RunCli("status " + Url(server) + " --watch --interval 0.1 --iterations 3");
+  ASSERT_EQ(r.status, 0) << r.err;
+  size_t n = 0;
+  for (size_t p = r.out.find("cloudtune status"); p != std::string::npos;
+       p = r.out.find("cloudtune status", p + 1))
+    ++n;
+  EXPECT_EQ(n, 3u) << r.out;
+}
+
+TEST(Status, NoRecommendationYet) {
+  HttpServer server(HttpOptions{}, Recorded(false));
+  std::string err;
+  ASSERT_TRUE(server.Start(&err)) << err;
+  const auto r = RunCli("status " + Url(server));
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("advice    none yet (the tuner has not published one)"), std::string::npos)
+      << r.out;
+}
+
+TEST(Status, BadInputs) {
+  HttpServer server(HttpOptions{}, Recorded(true));
+  std::string err;
+  ASSERT_TRUE(server.Start(&err)) << err;
+  const int port = server.BoundPort();
+  server.Stop();  // nothing listens there now
+  const auto r = RunCli("status 127.0.0.1:" + std::to_string(port) + " --timeout 2");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.err.rfind("cloudtune: error: http://127.0.0.1:" + std::to_string(port) + "/metrics: ",
+                        0),
+            0u)
+      << r.err;
+  const auto bad = RunCli("status http://127.0.0.1:99999");
+  EXPECT_EQ(bad.status, 1);
+  EXPECT_EQ(bad.err,
+            "cloudtune: error: http://127.0.0.1:99999: expected http://HOST:PORT (port 1..65535)\n");
+}
+
+}  // namespace

@@ -1,0 +1,238 @@
+// The runtime a job, `cloudtune recommend` and the replay construct: the agreement on/off across
+// ranks, targets and the rate objective when there is none, deadlines and budgets counted on the
+// whole run, a job whose machines the catalog does not know, and what the live path spends.
+#include "plugin/runtime/runtime.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "estimator/core/trace.h"
+#include "plugin/runtime/tuner.h"
+#include "tests/runtime/test_util.h"
+
+namespace cloudtune::runtime {
+namespace {
+
+using ::cloudtune::runtime::testing::WaitFor;
+
+const std::string kProfile = std::string(CLOUDTUNE_SOURCE_DIR) + "/tests/data/g4dn_cifar10_profile.csv";
+
+class MemoryStore : public KeyValueStore {
+ public:
+  void Set(const std::string& k, const std::string& v) override {
+    std::lock_guard<std::mutex> l(mu_);
+    kv_[k] = v;
+  }
+  std::string Get(const std::string& k) override {
+    std::lock_guard<std::mutex> l(mu_);
+    return kv_[k];
+  }
+  void Delete(const std::string& k) override {
+    std::lock_guard<std::mutex> l(mu_);
+    kv_.erase(k);
+  }
+  long long Add(const std::string& k, long long d) override {
+    std::lock_guard<std::mutex> l(mu_);
+    long long v = kv_.count(k) ? std::stoll(kv_[k]) : 0;
+    v += d;
+    kv_[k] = std::to_string(v);
+    return v;
+  }
+
+ private:
+  std::mutex mu_;
+  std::map<std::string, std::string> kv_;
+};
+
+// Each rank of `oks` runs the agreement in its own thread; returns what each learned.
+std::vector<int> AgreeAll(MemoryStore& store, const std::vector<int>& oks, double timeout,
+                          int world) {
+  std::vector<int> out(oks.size(), -1);
+  std::vector<std::thread> ts;
+  for (size_t r = 0; r < oks.size(); ++r)
+    ts.emplace_back([&, r] {
+      std::string why;
+      out[r] = AgreeAcrossRanks(store, "job/0/", world, oks[r] != 0, timeout, &why) ? 1 : 0;
+    });
+  for (auto& t : ts) t.join();
+  return out;
+}
+
+TEST(Agree, OnOnlyWhenEveryRankCanBe) {
+  MemoryStore a, b;
+  EXPECT_EQ(AgreeAll(a, {1, 1, 1, 1}, 5, 4), (std::vector<int>{1, 1, 1, 1}));
+  EXPECT_EQ(AgreeAll(b, {1, 1, 0, 1}, 5, 4), (std::vector<int>{0, 0, 0, 0}));
+}
+
+TEST(Agree, AMissingRankTurnsEverybodyOffAfterTheTimeout) {
+  MemoryStore s;
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(AgreeAll(s, {1, 1, 1}, 0.3, 4), (std::vector<int>{0, 0, 0}));
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 3.0);
+  // The late rank learns "off" too.
+  std::string why;
+  EXPECT_FALSE(AgreeAcrossRanks(s, "job/0/", 4, true, 0.3, &why));
+  EXPECT_FALSE(why.empty());
+}
+
+TEST(Target, ConvertsToProgressAtTheBaseBatch) {
+  Target t;
+  EXPECT_FALSE(t.set());
+  EXPECT_EQ(t.Progress(128), 0);
+  EXPECT_EQ(t.ToString(), "none");
+  t.steps = 500;
+  EXPECT_EQ(t.Progress(128), 500);
+  t = Target{};
+  t.samples = 1280;
+  EXPECT_EQ(t.Progress(128), 10);
+  t = Target{};
+  t.epochs = 2;
+  EXPECT_EQ(t.Progress(128), 0);  // needs the dataset size
+  t.dataset_size = 60000;
+  EXPECT_DOUBLE_EQ(t.Progress(120), 1000);
+  t.progress = 7;  // the first one set wins
+  EXPECT_EQ(t.Progress(120), 7);
+}
+
+core::Snapshot Job() {
+  core::Snapshot s;
+  s.profile = estimator::ReadTraces({kProfile});
+  s.noise = {0.02, 0.6, 128, false};
+  s.noise_valid = true;
+  s.current = s.profile.back().key;  // 2 x 4 T4 at 64
+  s.gpus_per_node = 4;
+  return s;
+}
+
+TEST(RateObjective, WithNoTargetTheSearchRanksByCostPerProgress) {
+  FitAndSearchOptions o;
+  o.instance_type = "g4dn.12xlarge";
+  const TunerResult r = FitAndSearch(Job(), {"timer", 1}, o);
+  const auto& j = r.recommendation;
+  EXPECT_EQ(j["target"], "none");
+  EXPECT_TRUE(j["target_progress"].is_null());
+  ASSERT_TRUE(j.contains("rate"));
+  EXPECT_GT(j["rate"]["horizon_progress"].get<double>(), 0);
+  for (const char* k : {"current", "proposed"}) {
+    EXPECT_GT(j[k]["usd_per_progress"].get<double>(), 0) << k;
+    EXPECT_GT(j[k]["progress_per_hour"].get<double>(), 0) << k;
+  }
+  // The proposal is no dearer per unit of progress than staying (switch cost included).
+  EXPECT_LE(j["proposed"]["usd_per_progress"].get<double>(),
+            j["current"]["usd_per_progress"].get<double>() * (1 + 1e-9));
+  // The same job with a target gets the target's numbers, no rates.
+  o.target.progress = 20000;
+  const TunerResult t = FitAndSearch(Job(), {"timer", 1}, o);
+  EXPECT_EQ(t.recommendation["target_progress"], 20000.0);
+  EXPECT_FALSE(t.recommendation.contains("rate"));
+}
+
+TEST(SpentSoFar, DeadlineAndBudgetHoldForTheWholeRun) {
+  FitAndSearchOptions o;
+  o.instance_type = "g4dn.12xlarge";
+  o.target.progress = 20000;
+  o.recommend.objective.deadline_h = 1.5;
+  o.recommend.objective.budget_usd = 100;
+  core::Snapshot s = Job();
+  s.elapsed_seconds = 3600;  // one hour gone
+  s.cost_usd = 40;
+  const search::RecommendRequest req = BuildRecommendRequest(s, o);
+  EXPECT_NEAR(req.options.objective.deadline_h, 0.5, 1e-12);
+  EXPECT_NEAR(req.options.objective.budget_usd, 60, 1e-12);
+  EXPECT_NEAR(req.options.spent, 40, 1e-12);
+  s.elapsed_seconds = 2 * 3600;  // already past the deadline: nothing can meet it
+  const TunerResult r = FitAndSearch(s, {"timer", 1}, o);
+  EXPECT_FALSE(r.recommendation["proposed"]["feasible"].get<bool>());
+}
+
+// A job on machines the catalog does not know ("local"): costs in GPU-hours, advice about batch
+// and workers on those machines.
+TEST(Runtime, UnknownMachinesStillGetBatchAndWorkerAdvice) {
+  RuntimeSetup rs;
+  rs.world_size = 2;
+  rs.num_nodes = 1;
+  rs.log = [](const std::string&) {};
+  Runtime rt(rs);
+  EXPECT_FALSE(rt.prices_known());
+  core::Snapshot s;
+  for (auto m : estimator::ReadTraces({kProfile})) {
+    if (m.key.num_nodes != 1) continue;
+    m.key.instance_type = "local";
+    m.key.num_replicas = 2;
+    s.profile.push_back(m);
+  }
+  s.noise = {0.02, 0.6, 64, false};
+  s.current = s.profile.front().key;
+  const TunerResult r = rt.Decide(s, "timer");
+  EXPECT_EQ(r.decision.proposed.config.type, "local");
+  EXPECT_TRUE(r.recommendation.contains("prices"));
+  EXPECT_EQ(r.recommendation["target"], "none");
+}
+
+TEST(Runtime, StartLineSaysWhatIsKnownAndWhatUnlocksMore) {
+  RuntimeSetup rs;
+  rs.world_size = 1;
+  rs.detect_instance = true;
+  rs.options.metadata_url = "off";
+  std::vector<std::string> lines;
+  std::mutex mu;
+  rs.log = [&](const std::string& l) {
+    std::lock_guard<std::mutex> lock(mu);
+    lines.push_back(l);
+  };
+  Runtime rt(rs);
+  rt.Start();
+  rt.Stop();
+  ASSERT_FALSE(lines.empty());
+  const std::string& l = lines.front();
+  EXPECT_NE(l.find("instance local (prices unknown"), std::string::npos) << l;
+  EXPECT_NE(l.find("CLOUDTUNE_INSTANCE_TYPE"), std::string::npos) << l;
+  EXPECT_NE(l.find("CLOUDTUNE_TARGET_EPOCHS"), std::string::npos) << l;
+  EXPECT_NE(l.find("cost per unit of progress"), std::string::npos) << l;
+}
+
+// The live path: the first recommendation comes at the first snapshot with data, and the job's
+// spending is counted from the price of what it runs.
+TEST(Runtime, LiveFirstRecommendationAndSpending) {
+  RuntimeSetup rs;
+  rs.options.instance_type = "g4dn.12xlarge";
+  rs.options.refit_seconds = 3600;  // no timer: the first snapshots trigger the refit
+  rs.log = [](const std::string&) {};
+  Runtime rt(rs);
+  rt.Start();
+  core::Snapshot s = Job();
+  s.step = 100;
+  s.elapsed_seconds = 0;
+  rt.Observe(s);
+  s.step = 200;
+  s.elapsed_seconds = 1800;  // half an hour on 2 x g4dn.12xlarge on demand
+  rt.Observe(s);
+  ASSERT_TRUE(WaitFor([&] { return rt.Latest() != nullptr; }, 30));
+  const auto snap = rt.LatestSnapshot();
+  ASSERT_TRUE(snap);
+  const int i = rt.catalog().Find("g4dn.12xlarge");
+  ASSERT_GE(i, 0);
+  EXPECT_NEAR(snap->cost_usd, 0.5 * 2 * rt.catalog().types[i].ondemand_per_hour, 1e-6);
+  EXPECT_EQ((*rt.Latest())["target"], "none");
+  rt.Stop();
+}
+
+TEST(Runtime, TargetFromTheTrainingLoop) {
+  RuntimeSetup rs;
+  rs.options.instance_type = "g4dn.12xlarge";
+  rs.log = [](const std::string&) {};
+  Runtime rt(rs);
+  Target t;
+  t.epochs = 3;
+  t.dataset_size = 50000;
+  rt.SetTarget(t);
+  const TunerResult r = rt.Decide(Job(), "timer");
+  EXPECT_EQ(r.recommendation["target"], "3 epochs");
+  EXPECT_NEAR(r.recommendation["target_progress"].get<double>(), 3 * 50000 / 128.0, 1e-9);
+}
+
+}  // namespace
+}  // namespace cloudtune::runtime
