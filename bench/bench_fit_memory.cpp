@@ -107,8 +107,8 @@ void* memalign(size_t alignment, size_t size) noexcept {
 // ---- the benchmark ---------------------------------------------------------------------------
 namespace {
 
-using cloudtune::estimator::kNumThroughputParams;
 using cloudtune::core::Measurement;
+using cloudtune::estimator::kNumThroughputParams;
 
 struct Row {
   std::string name;

@@ -9,8 +9,8 @@
 
 namespace cloudtune::cli {
 
-void RegisterFitCommands(CLI::App& app);     // fit, predict           (fit_command.cpp)
-void RegisterStepsCommand(CLI::App& app);    // steps                  (steps_command.cpp)
+void RegisterFitCommands(CLI::App& app);       // fit, predict           (fit_command.cpp)
+void RegisterStepsCommand(CLI::App& app);      // steps                  (steps_command.cpp)
 void RegisterRecommendCommand(CLI::App& app);  // recommend          (recommend_command.cpp)
 void RegisterReplayCommand(CLI::App& app);     // replay             (replay/replay_command.cpp)
 void RegisterReportCommand(CLI::App& app);     // report             (report_command.cpp)

@@ -11,8 +11,8 @@
 #include "cli/commands.h"
 #include "estimator/core/error.h"
 #include "estimator/core/json_file.h"
-#include "estimator/throughput.h"
 #include "estimator/core/trace.h"
+#include "estimator/throughput.h"
 
 namespace cloudtune::cli {
 namespace {

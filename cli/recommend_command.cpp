@@ -21,8 +21,8 @@ namespace {
 struct RecArgs {
   std::vector<std::string> profile;
   std::string gns, catalog, candidates, objective = "cost", format = "table", current, type, out;
-  std::string from;                 // a sidecar or state file whose recorded inputs are the default
-  std::set<std::string> given;      // the flags given on the command line
+  std::string from;             // a sidecar or state file whose recorded inputs are the default
+  std::set<std::string> given;  // the flags given on the command line
   double deadline = 0, budget = 0, target = 0, progress = 0, spent = 0, explored = 0;
   int max_nodes = 16, max_local_bsz = 256, min_local_bsz = 8, max_accum = 3;
   bool pareto = false;
@@ -141,8 +141,8 @@ runtime::RuntimeSetup SetupFrom(const RecArgs& a,
   rs.options.target_progress = a.target;
   rs.options.max_local_batch = a.max_local_bsz;
   rs.options.candidates = a.candidates;
-  rs.options.catalog = a.catalog.empty() ? core::GetEnv("CLOUDTUNE_CATALOG").value_or("")
-                                         : a.catalog;
+  rs.options.catalog =
+      a.catalog.empty() ? core::GetEnv("CLOUDTUNE_CATALOG").value_or("") : a.catalog;
   rs.customize = [a, model](runtime::FitAndSearchOptions* fo) {
     fo->instance_type.clear();  // the profile rows and the current configuration say
     fo->recommend.space.max_nodes = a.max_nodes;
@@ -161,9 +161,8 @@ void DefaultCurrent(const search::Catalog& catalog, core::Snapshot* snap) {
   snap->current = most->key;
   const int i = catalog.Find(most->key.instance_type);
   const int gpus = i >= 0 ? catalog.types[i].gpus : most->key.gpus_per_node();
-  snap->gpus_per_node = most->max_gpus_per_node > 0
-                            ? most->max_gpus_per_node
-                            : std::min(gpus, most->key.gpus_per_node());
+  snap->gpus_per_node = most->max_gpus_per_node > 0 ? most->max_gpus_per_node
+                                                    : std::min(gpus, most->key.gpus_per_node());
   snap->purchase = core::Purchase::kOnDemand;
 }
 
@@ -216,8 +215,8 @@ std::string Render(const RecArgs& a, const runtime::Runtime& rt, const core::Sna
 // --from: the job's own options (its start record) and inputs (its last recommendation, or its
 // state file), with the flags given on the command line on top.
 std::string RunFrom(const RecArgs& a) {
-  RecordedInputs rec = IsStateFile(a.from) ? InputsFromState(a.from)
-                                           : InputsFromSidecar(ReadSidecar(a.from));
+  RecordedInputs rec =
+      IsStateFile(a.from) ? InputsFromState(a.from) : InputsFromSidecar(ReadSidecar(a.from));
   for (const auto& w : rec.warnings) std::cerr << "cloudtune: warning: " << w << "\n";
   const auto given = [&](const char* flag) { return a.given.count(flag) > 0; };
   std::string err;
@@ -294,8 +293,8 @@ void RunRecommend(const RecArgs& a) {
     snap.elapsed_seconds = a.spent * 3600;
     snap.exploration_seconds = a.explored * 3600;
   }
-  const std::string default_type = !a.type.empty()      ? a.type
-                                   : !a.current.empty() ? snap.current.instance_type
+  const std::string default_type = !a.type.empty()        ? a.type
+                                   : !a.current.empty()   ? snap.current.instance_type
                                    : snap.profile.empty() ? std::string()
                                                           : snap.profile[0].key.instance_type;
   runtime::Runtime rt(SetupFrom(a, model, default_type));

@@ -73,17 +73,18 @@ std::string FindScript() {
   tries.push_back(fs::path(CLOUDTUNE_SOURCE_DIR) / "scripts/report/cloudtune_report.py");
   for (const auto& p : tries)
     if (fs::is_regular_file(p, ec)) return fs::weakly_canonical(p, ec).string();
-  throw InputError("report: cannot find scripts/report/cloudtune_report.py (set "
-                   "CLOUDTUNE_REPORT_SCRIPT)");
+  throw InputError(
+      "report: cannot find scripts/report/cloudtune_report.py (set "
+      "CLOUDTUNE_REPORT_SCRIPT)");
 }
 
 // $CLOUDTUNE_PYTHON, else the first of python3 (PATH) and Debian's /usr/bin/python3 that has
 // matplotlib (a PATH python3 may be a virtual environment or pyenv without it).
 std::string FindPython() {
   const char* env = std::getenv("CLOUDTUNE_PYTHON");
-  const std::vector<std::string> tries = env && *env ? std::vector<std::string>{env}
-                                                     : std::vector<std::string>{"python3",
-                                                                                "/usr/bin/python3"};
+  const std::vector<std::string> tries =
+      env && *env ? std::vector<std::string>{env}
+                  : std::vector<std::string>{"python3", "/usr/bin/python3"};
   bool any = false;
   for (const auto& python : tries) {
     const int rc = Spawn({python, "-c", "import matplotlib"}, /*quiet=*/true);

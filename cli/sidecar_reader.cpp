@@ -36,7 +36,8 @@ std::vector<std::string> Sidecar::Problems() const {
     if (bad_lines.size() > 10) list += ", ...";
     p.push_back(std::to_string(bad_lines.size()) + " unparseable line(s) skipped (" + list + ")");
   }
-  if (!Last("start")) p.push_back("no start record: the job's options and configuration are unknown");
+  if (!Last("start"))
+    p.push_back("no start record: the job's options and configuration are unknown");
   if (!Last("measurement")) p.push_back("no measurement record: no step times or noise scale");
   if (!Last("recommendation"))
     p.push_back("no recommendation record: the tuner had not published one");

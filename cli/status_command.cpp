@@ -73,8 +73,8 @@ struct Reply {
 };
 
 // One GET; throws InputError naming the URL when the endpoint cannot be reached or does not answer
-// within `timeout_s` per step (Beast's stream timeouts apply to asynchronous operations only, so the
-// request runs asynchronously on a private io_context).
+// within `timeout_s` per step (Beast's stream timeouts apply to asynchronous operations only, so
+// the request runs asynchronously on a private io_context).
 Reply Get(const Endpoint& e, const std::string& target, double timeout_s) {
   boost::asio::io_context ioc;
   tcp::resolver resolver(ioc);
@@ -147,10 +147,10 @@ std::string Screen(const Endpoint& e, double timeout) {
   };
   std::ostringstream o;
   o << "cloudtune status  http://" << e.host << ":" << e.port << "\n";
-  const nlohmann::json r = rec.status == 200 ? nlohmann::json::parse(rec.body, nullptr, false)
-                                             : nlohmann::json();
-  const nlohmann::json p = prof.status == 200 ? nlohmann::json::parse(prof.body, nullptr, false)
-                                              : nlohmann::json();
+  const nlohmann::json r =
+      rec.status == 200 ? nlohmann::json::parse(rec.body, nullptr, false) : nlohmann::json();
+  const nlohmann::json p =
+      prof.status == 200 ? nlohmann::json::parse(prof.body, nullptr, false) : nlohmann::json();
   const double target = r.is_object() ? r.value("target_progress", NAN) : NAN;
   o << "step      " << Num(g("steps_total"), "%.0f") << "   progress "
     << Num(g("progress_base_steps"), "%.0f");
@@ -186,15 +186,14 @@ std::string Screen(const Endpoint& e, double timeout) {
     o << "advice    none yet" << (rec.status == 503 ? " (the tuner has not published one)" : "")
       << "\n";
   }
-  const size_t configs = p.is_object() && p.contains("configurations") &&
-                                 p["configurations"].is_array()
-                             ? p["configurations"].size()
-                             : 0;
+  const size_t configs =
+      p.is_object() && p.contains("configurations") && p["configurations"].is_array()
+          ? p["configurations"].size()
+          : 0;
   o << "tuner     " << configs << " configuration(s) measured, refits "
     << Num(g("refits_total"), "%.0f") << ", fit errors " << Num(g("fit_errors_total"), "%.0f")
     << ", recommendations " << Num(g("recommendations_total"), "%.0f") << "\n"
-    << "health    straggler factor "
-    << Num(g("straggler_factor"), "%.2f") << ", preemption notice "
+    << "health    straggler factor " << Num(g("straggler_factor"), "%.2f") << ", preemption notice "
     << (g("preemption_notice") > 0 ? "YES" : "no") << "\n";
   return o.str();
 }
@@ -231,7 +230,8 @@ void RunStatus(const StatusArgs& a) {
 }  // namespace
 
 void RegisterStatusCommand(CLI::App& app) {
-  auto* st = app.add_subcommand("status", "One-screen summary of a running job (its CLOUDTUNE_HTTP)");
+  auto* st =
+      app.add_subcommand("status", "One-screen summary of a running job (its CLOUDTUNE_HTTP)");
   auto sa = std::make_shared<StatusArgs>();
   st->add_option("url", sa->url, "http://HOST:PORT of the job (default $CLOUDTUNE_HTTP)");
   st->add_flag("--watch", sa->watch, "Refresh until interrupted");

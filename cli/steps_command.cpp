@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "cli/commands.h"
-#include "estimator/efficiency.h"
 #include "estimator/core/error.h"
+#include "estimator/efficiency.h"
 
 namespace cloudtune::cli {
 namespace {

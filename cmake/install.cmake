@@ -80,3 +80,9 @@ install(FILES ${PROJECT_BINARY_DIR}/cloudtune_paths.json
         DESTINATION ${CMAKE_INSTALL_DATADIR}/cloudtune
         RENAME paths.json)
 unset(_cloudtune_paths)
+
+# The report's plotting script (`cloudtune report` looks for it in ../share/cloudtune/report/ next
+# to the binary).
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/scripts/report/
+        DESTINATION ${CMAKE_INSTALL_DATADIR}/cloudtune/report
+        FILES_MATCHING PATTERN "*.py")

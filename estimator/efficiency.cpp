@@ -99,7 +99,6 @@ void Locate(const std::vector<double>& kp, double p, size_t* j, double* w) {
   *w = (p - kp[*j]) / (kp[hi] - kp[*j]);
 }
 
-
 [[noreturn]] void Bad(const std::string& source, const std::string& what) {
   throw InputError(source + ": " + what);
 }

@@ -16,12 +16,12 @@
 #include <vector>
 
 #include "estimator/core/error.h"
+#include "estimator/core/stats.h"
 #include "estimator/detail/selected_inverse.h"
 #include "estimator/detail/start.h"
 #include "estimator/detail/throughput_form.h"
 #include "estimator/detail/throughput_residuals.h"
 #include "estimator/throughput.h"
-#include "estimator/core/stats.h"
 
 namespace cloudtune::estimator {
 namespace detail {
@@ -41,7 +41,6 @@ constexpr double kRatioSigma = 1.0;
 // Prior of omega, the fraction of compute an all-reduce can hide behind (backward ~ 2/3 of it).
 constexpr double kOmegaPrior = 0.7, kOmegaSigma = 0.2;
 constexpr double kEffectMax = 2.0;  // |log multiplier| of an effect
-
 
 // What the starting point and the prior centres are computed from.
 struct StartData {

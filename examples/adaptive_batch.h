@@ -297,8 +297,8 @@ class AdaptiveLoop {
     torch::NoGradGuard no_grad;
     (*c_.net)->eval();
     double correct = 0;
-    const int64_t n_test = c_.test_limit > 0 ? std::min<int64_t>(c_.test_limit, c_.x_test.size(0))
-                                             : c_.x_test.size(0);
+    const int64_t n_test =
+        c_.test_limit > 0 ? std::min<int64_t>(c_.test_limit, c_.x_test.size(0)) : c_.x_test.size(0);
     for (int64_t i = 0; i < n_test; i += 1000) {
       const int64_t len = std::min<int64_t>(1000, n_test - i);
       auto pred = (*c_.net)->forward(c_.x_test.narrow(0, i, len)).argmax(1);
@@ -394,8 +394,8 @@ class AdaptiveLoop {
       Log(buf);
       return;
     }
-    msg[2] = scale_lr_ ? estimator::LrScale(rule_, Global(), b0_, estimator::Gain(ns, Global()))
-                       : 1.0;
+    msg[2] =
+        scale_lr_ ? estimator::LrScale(rule_, Global(), b0_, estimator::Gain(ns, Global())) : 1.0;
     if (!f_.adaptive_batch) return;
     estimator::BatchSizeDecision d;
     std::string why;

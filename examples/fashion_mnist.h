@@ -101,7 +101,8 @@ struct FlatGrads {
 
 // One data-parallel optimizer step over `micro` micro-batches (gradient accumulation when > 1),
 // the gradients averaged over `pg` (null = single process). Returns the mean loss. The cloudtune
-// hooks are the lines marked [cloudtune]; `ct` is the process's plugin (cloudtune::plugin::Instance()).
+// hooks are the lines marked [cloudtune]; `ct` is the process's plugin
+// (cloudtune::plugin::Instance()).
 inline double TrainStep(Net& net, torch::optim::Optimizer& opt, FlatGrads& fg, torch::Tensor& accum,
                         c10d::ProcessGroup* pg, int world_size,
                         const std::vector<std::pair<torch::Tensor, torch::Tensor>>& micro,

@@ -176,7 +176,7 @@ int Worker(const Flags& f) {
   torch::optim::SGD opt(net->parameters(), torch::optim::SGDOptions(f.lr).momentum(0.9));
   torch::Tensor accum;
 
-  cloudtune::Init({rank, world, 0, f.batch, f.accum});    // [cloudtune]
+  cloudtune::Init({rank, world, 0, f.batch, f.accum});            // [cloudtune]
   cloudtune::plugin::Plugin* ct = cloudtune::plugin::Instance();  // [cloudtune]
   cloudtune::plugin::Plugin off(cloudtune::runtime::Options{});
   if (!ct) ct = &off;

@@ -44,9 +44,9 @@ struct GnsSample {
 // Smoothed state: the noise state the models read (core::NoiseState: grad_sqr, grad_var at
 // base_batch, base_batch, biased) plus the estimator's counters.
 struct GnsState : core::NoiseState {
-  bool valid = false;    // at least one step folded in
-  int64_t steps = 0;     // steps folded in
-  int64_t skipped = 0;   // steps skipped: non-finite inputs or count < 2
+  bool valid = false;   // at least one step folded in
+  int64_t steps = 0;    // steps folded in
+  int64_t skipped = 0;  // steps skipped: non-finite inputs or count < 2
   // φ = B0·grad_var/grad_sqr in samples; +inf when grad_sqr <= 0, NaN before the first step.
   double noise_scale() const;
 };

@@ -22,4 +22,5 @@ build/bin/train_fashion_mnist --workers 2 --epochs "${DEMO_EPOCHS:-2}" --cache "
 echo
 echo "== sidecar: $CLOUDTUNE_SIDECAR"
 echo "== profile: $CLOUDTUNE_PROFILE"
-python3 scripts/summarize_sidecar.py "$CLOUDTUNE_SIDECAR"
+# The report (plots; open it in a browser) and its five-line summary.
+build/bin/cloudtune report "$CLOUDTUNE_SIDECAR" --state "$CLOUDTUNE_STATE" -o "$out/report.html"

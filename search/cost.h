@@ -10,9 +10,9 @@
 
 namespace cloudtune::search {
 
-using core::Purchase;       // estimator/core/types.h
-using core::PurchaseName;   // "on-demand", "spot", "anchor"
 using core::ParsePurchase;
+using core::Purchase;      // estimator/core/types.h
+using core::PurchaseName;  // "on-demand", "spot", "anchor"
 
 struct CostOptions {
   double restart_s = 120;          // restart + re-rendezvous after a revocation (seconds)

@@ -16,9 +16,9 @@
 #include <string>
 #include <vector>
 
+#include "estimator/core/trace.h"
 #include "estimator/efficiency.h"
 #include "estimator/throughput.h"
-#include "estimator/core/trace.h"
 #include "search/catalog.h"
 #include "search/search.h"
 
@@ -51,7 +51,7 @@ struct RecommendOptions {
 
 struct RecommendRequest {
   std::vector<core::Measurement> profile;  // measured configurations (instance_type set,
-                                                // or "" = the current configuration's type)
+                                           // or "" = the current configuration's type)
   std::optional<core::NoiseState> noise;   // current gradient noise
   std::optional<estimator::EfficiencyModel> efficiency;  // preferred over `noise` when set
   std::optional<Config> current;                         // what the job runs now
@@ -108,7 +108,7 @@ class ProfilePredictor {
   const Catalog& catalog_;
   double measured_sigma_;
   std::map<std::string, estimator::ThroughputModel> models_;  // by type
-  std::map<core::ConfigKey, double> measured_;           // step time by key
+  std::map<core::ConfigKey, double> measured_;                // step time by key
   std::string reference_;                                     // best-measured type
 };
 

@@ -30,7 +30,7 @@ struct FakeAnswer {
   int status = 404;
   std::string body;
   std::vector<std::pair<std::string, std::string>> headers;
-  int delay_ms = 0;      // wait before answering
+  int delay_ms = 0;        // wait before answering
   bool no_answer = false;  // keep the connection open and never answer (until the server stops)
 };
 
@@ -95,8 +95,8 @@ class FakeHttpServer {
       if (a.delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(a.delay_ms));
       std::string resp = "HTTP/1.1 " + std::to_string(a.status) + " X\r\n";
       for (const auto& [k, v] : a.headers) resp += k + ": " + v + "\r\n";
-      resp += "Content-Length: " + std::to_string(a.body.size()) +
-              "\r\nConnection: close\r\n\r\n" + a.body;
+      resp += "Content-Length: " + std::to_string(a.body.size()) + "\r\nConnection: close\r\n\r\n" +
+              a.body;
       ::send(c, resp.data(), resp.size(), MSG_NOSIGNAL);
       ::close(c);
     }

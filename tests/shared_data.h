@@ -24,7 +24,7 @@ inline bool HaveSharedData() {
 
 }  // namespace cloudtune::test
 
-#define CLOUDTUNE_NEEDS_SHARED_DATA()                                                   \
-  if (!::cloudtune::test::HaveSharedData())                                             \
-  GTEST_SKIP() << "needs the project's shared data, absent at "                         \
-               << ::cloudtune::test::SharedDir() << "/data (set CLOUDTUNE_SHARED_DIR)"
+#define CLOUDTUNE_NEEDS_SHARED_DATA()                                                             \
+  if (!::cloudtune::test::HaveSharedData())                                                       \
+  GTEST_SKIP() << "needs the project's shared data, absent at " << ::cloudtune::test::SharedDir() \
+               << "/data (set CLOUDTUNE_SHARED_DIR)"

@@ -38,7 +38,7 @@ int IntField(const nlohmann::json& j, const char* key, int dflt, const std::stri
 
 // Gavel throughputs: see replay.h for the interpretation.
 std::vector<core::Measurement> ReadGavel(const nlohmann::json& g, const std::string& where,
-                                              const std::string& dir, const std::string& type) {
+                                         const std::string& dir, const std::string& type) {
   for (const char* k : {"file", "gpu", "model", "nodes", "replicas"})
     if (!g.contains(k)) throw InputError(where + ": missing field '" + std::string(k) + "'");
   const std::string path = JoinPath(dir, g["file"].get<std::string>());
@@ -140,8 +140,9 @@ class Simulator {
     const auto& n = s_.noise;
     core::NoiseState st;
     st.base_batch = s_.base_batch;
-    auto it = std::lower_bound(n.begin(), n.end(), progress,
-                               [](const core::NoiseObservation& a, double p) { return a.progress < p; });
+    auto it =
+        std::lower_bound(n.begin(), n.end(), progress,
+                         [](const core::NoiseObservation& a, double p) { return a.progress < p; });
     if (it == n.begin()) {
       st.grad_sqr = n.front().grad_sqr;
       st.grad_var = n.front().grad_var;

@@ -52,9 +52,9 @@ using namespace ::cloudtune::search;  // the replay speaks the search's vocabula
 struct Scenario {
   std::string name;
   Catalog catalog;
-  std::vector<core::Measurement> traces;  // true step times (instance_type set)
-  std::vector<Config> candidates;              // traced configurations (purchase = on-demand)
-  std::vector<core::NoiseObservation> noise;   // by progress (ascending)
+  std::vector<core::Measurement> traces;      // true step times (instance_type set)
+  std::vector<Config> candidates;             // traced configurations (purchase = on-demand)
+  std::vector<core::NoiseObservation> noise;  // by progress (ascending)
   double base_batch = 1;
   double target_progress = 0;
   Config start;

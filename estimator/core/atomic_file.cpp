@@ -19,8 +19,8 @@ bool WriteFileAtomically(const std::string& path, const std::string& text, std::
   };
   // Unique per process and call, so concurrent writers of one path never share a temporary.
   static std::atomic<unsigned> counter{0};
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." +
-                          std::to_string(counter.fetch_add(1));
+  const std::string tmp =
+      path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter.fetch_add(1));
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return fail("cannot create " + tmp + ": " + std::strerror(errno));
   size_t off = 0;

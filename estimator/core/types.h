@@ -97,13 +97,13 @@ bool ParsePurchase(const std::string& s, Purchase* out);
 // measurement interval (training thread, O(configurations)), and built by the CLI and the replay
 // from files. The runtime fills in what only it knows (progress, noise history, restored rows).
 struct Snapshot {
-  long long step = 0;            // optimizer steps taken (restored steps included)
-  double elapsed_seconds = 0;    // since the job (or its first start) began
-  double progress = 0;           // progress in base-batch steps (B0-steps); set by the runtime
-  ConfigKey current;             // the configuration running now
+  long long step = 0;          // optimizer steps taken (restored steps included)
+  double elapsed_seconds = 0;  // since the job (or its first start) began
+  double progress = 0;         // progress in base-batch steps (B0-steps); set by the runtime
+  ConfigKey current;           // the configuration running now
   // How the current nodes are bought, when the job knows it (else the runtime's setting).
   std::optional<Purchase> purchase;
-  int gpus_per_node = 0;         // of the current configuration (0 = current.gpus_per_node())
+  int gpus_per_node = 0;             // of the current configuration (0 = current.gpus_per_node())
   std::vector<Measurement> profile;  // every configuration measured so far (trace CSV values)
   NoiseState noise;                  // smoothed gradient statistics
   bool noise_valid = false;          // false until a gradient-noise step has been folded in

@@ -37,8 +37,8 @@ std::string ReadSmallFile(const std::string& path) {
 class Budget {
  public:
   explicit Budget(double seconds)
-      : end_(Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                std::chrono::duration<double>(seconds))) {}
+      : end_(Clock::now() +
+             std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds))) {}
   bool Left() const { return Clock::now() < end_; }
   HttpAnswer Ask(const HttpUrl& base, HttpRequestSpec spec) const {
     const auto left = std::chrono::duration_cast<milliseconds>(end_ - Clock::now());

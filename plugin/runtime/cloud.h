@@ -37,7 +37,8 @@ struct CloudDetectOptions {
 };
 
 // Asks what the options allow. Never throws; at most about budget_seconds.
-CloudInstance DetectCloudInstance(const CloudDetectOptions& options, const search::Catalog& catalog);
+CloudInstance DetectCloudInstance(const CloudDetectOptions& options,
+                                  const search::Catalog& catalog);
 
 // The cloud a DMI vendor string names ("aws", "gcp", "azure"), or "" (not a cloud VM).
 std::string CloudFromDmi(const std::string& dmi_dir);

@@ -130,8 +130,8 @@ std::string Target::ToString() const {
 }
 
 bool FitAndSearchOptions::IsValid(std::string* error) const {
-  for (double v : {target.progress, target.steps, target.samples, target.epochs,
-                   target.dataset_size})
+  for (double v :
+       {target.progress, target.steps, target.samples, target.epochs, target.dataset_size})
     if (!(v >= 0) || !std::isfinite(v)) {
       if (error) *error = "targets and the dataset size must be finite and >= 0";
       return false;
@@ -231,15 +231,15 @@ search::RecommendRequest BuildRecommendRequest(const Snapshot& s, const FitAndSe
   // Deadline and budget hold for the whole run: what is left of them after what was spent. One
   // already missed leaves a sliver, so every candidate misses it and the reason says so.
   search::ObjectiveOptions& obj = req.options.objective;
-  if (obj.deadline_h > 0) obj.deadline_h = std::max(1e-6, obj.deadline_h - s.elapsed_seconds / 3600.0);
+  if (obj.deadline_h > 0)
+    obj.deadline_h = std::max(1e-6, obj.deadline_h - s.elapsed_seconds / 3600.0);
   if (obj.budget_usd > 0) obj.budget_usd = std::max(1e-6, obj.budget_usd - s.cost_usd);
   req.throughput = o.throughput;
   req.candidates = o.candidates;
   return req;
 }
 
-TunerResult FitAndSearch(const Snapshot& s, const RefitContext& ctx,
-                         const FitAndSearchOptions& o) {
+TunerResult FitAndSearch(const Snapshot& s, const RefitContext& ctx, const FitAndSearchOptions& o) {
   if (s.profile.empty()) throw NotReady("no measured configuration yet");
   if (!o.efficiency_model && (!(s.noise.grad_sqr > 0) || !(s.noise.base_batch > 0)))
     throw NotReady("no gradient noise estimate yet");
@@ -266,9 +266,9 @@ TunerResult FitAndSearch(const Snapshot& s, const RefitContext& ctx,
   auto& j = out.recommendation;
   // The throughput model of the current type, exactly as the search used it.
   const auto model = r.throughput_models.find(req.current->type);
-  j["models"] = {{"throughput", model != r.throughput_models.end() ? model->second
-                                                                   : nlohmann::json()},
-                 {"efficiency", req.efficiency->ToJson()}};
+  j["models"] = {
+      {"throughput", model != r.throughput_models.end() ? model->second : nlohmann::json()},
+      {"efficiency", req.efficiency->ToJson()}};
   j["progress"] = s.progress;
   j["target_progress"] = rate ? nlohmann::json() : nlohmann::json(req.options.target_progress);
   j["target"] = o.target.ToString();
@@ -278,8 +278,7 @@ TunerResult FitAndSearch(const Snapshot& s, const RefitContext& ctx,
   j["trigger"] = ctx.trigger;
   j["preempted"] = preempted;
   if (slowdown > 1.0 + 1e-9 && r.has_current) PriceStraggler(r, req.options, slowdown, &j);
-  out.change_key =
-      std::string(search::ActionName(r.action)) + "|" + r.proposed.config.ToString();
+  out.change_key = std::string(search::ActionName(r.action)) + "|" + r.proposed.config.ToString();
   out.log_line = LogLine(r, j["reason"].get<std::string>());
   return out;
 }

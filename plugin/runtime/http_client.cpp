@@ -74,8 +74,8 @@ HttpAnswer HttpExchange(const HttpUrl& url, const HttpRequestSpec& spec) {
     asio::io_context ioc;
     tcp::resolver resolver(ioc);
     beast::tcp_stream stream(ioc);
-    http::request<http::string_body> req{spec.put ? http::verb::put : http::verb::get,
-                                         spec.target, 11};
+    http::request<http::string_body> req{spec.put ? http::verb::put : http::verb::get, spec.target,
+                                         11};
     req.set(http::field::host, url.host);
     req.set(http::field::user_agent, "cloudtune");
     req.set(http::field::connection, "close");
@@ -120,7 +120,8 @@ HttpAnswer HttpExchange(const HttpUrl& url, const HttpRequestSpec& spec) {
     out.ok = true;
     out.status = static_cast<int>(res.result_int());
     out.body = res.body();
-    for (const auto& f : res) out.headers.emplace_back(std::string(f.name_string()), std::string(f.value()));
+    for (const auto& f : res)
+      out.headers.emplace_back(std::string(f.name_string()), std::string(f.value()));
   } catch (const std::exception& e) {
     out.ok = false;
     out.error = e.what();

@@ -177,8 +177,7 @@ bool Options::IsValid(std::string* error) const {
   if (max_local_batch < 0) return fail(&max_local_batch, "must be >= 0 (0 = no limit)");
   if (!(refit_seconds > 0)) return fail(&refit_seconds, "must be > 0 (seconds)");
   core::Goal goal;
-  if (!core::ParseGoal(objective, &goal))
-    return fail(&objective, "must be 'cost' or 'time'");
+  if (!core::ParseGoal(objective, &goal)) return fail(&objective, "must be 'cost' or 'time'");
   if (deadline_hours < 0) return fail(&deadline_hours, "must be >= 0 (hours, 0 = none)");
   if (budget_usd < 0) return fail(&budget_usd, "must be >= 0 (USD, 0 = none)");
   if (target_progress < 0) return fail(&target_progress, "must be >= 0");
@@ -186,8 +185,8 @@ bool Options::IsValid(std::string* error) const {
   if (target_samples < 0) return fail(&target_samples, "must be >= 0 (samples)");
   if (target_epochs < 0) return fail(&target_epochs, "must be >= 0 (epochs)");
   if (dataset_size < 0) return fail(&dataset_size, "must be >= 0 (samples)");
-  if (target_epochs > 0 && !(dataset_size > 0) && !(target_progress > 0) &&
-      !(target_steps > 0) && !(target_samples > 0))
+  if (target_epochs > 0 && !(dataset_size > 0) && !(target_progress > 0) && !(target_steps > 0) &&
+      !(target_samples > 0))
     return fail(&target_epochs, "needs CLOUDTUNE_DATASET_SIZE (samples per epoch)");
   if (!http.empty()) {
     auto colon = http.rfind(':');

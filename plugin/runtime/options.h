@@ -25,7 +25,8 @@ struct Options {
   std::string profile = "cloudtune.profile.csv";
   // Instance type (a catalog name) of the machines the job runs on. "local" = unknown: the runtime
   // asks the cloud's metadata service, else maps the CUDA device to the catalog; failing both the
-  // job stays "local" (prices unknown, costs counted in GPU-hours; batch and worker advice applies).
+  // job stays "local" (prices unknown, costs counted in GPU-hours; batch and worker advice
+  // applies).
   std::string instance_type = "local";
   // Optimizer steps per `measurement` record (and per profile/tuner update).
   int measure_every = 50;

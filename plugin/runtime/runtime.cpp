@@ -309,9 +309,8 @@ std::shared_ptr<const core::Snapshot> Runtime::Convert(const core::Snapshot& p) 
   if (have_noise && batch > 0) gain = estimator::Gain(noise, batch);
   if (std::isfinite(gain) && gain > 0) progress_ += static_cast<double>(steps) * gain;
   if (p.noise_valid && batch > 0) {
-    history_.push_back({batch, base_.progress + progress_,
-                        static_cast<double>(base_.step + p.step), p.noise.grad_sqr,
-                        p.noise.grad_var});
+    history_.push_back({batch, base_.progress + progress_, static_cast<double>(base_.step + p.step),
+                        p.noise.grad_sqr, p.noise.grad_var});
     if (history_.size() > kMaxNoiseHistory) history_.pop_front();
   }
   s->step = base_.step + p.step;
@@ -348,8 +347,8 @@ void Runtime::CountSpending(const core::Snapshot& p, core::Snapshot* s) {
   spent_usd_ += price * dt / 3600;
   bool exploring = false;
   if (tuner_) {
-    if (const auto rec = tuner_->Latest(); rec && rec->is_object() &&
-                                            rec->value("action", "") == "measure") {
+    if (const auto rec = tuner_->Latest();
+        rec && rec->is_object() && rec->value("action", "") == "measure") {
       const nlohmann::json c = rec->value("proposed", nlohmann::json::object())
                                    .value("config", nlohmann::json::object());
       exploring = c.value("nodes", -1) == s->current.num_nodes &&
@@ -418,9 +417,9 @@ std::string Runtime::StartLine() const {
   l << ", objective " << core::GoalName(search_.recommend.objective.goal) << ", target "
     << t.ToString();
   if (!t.set())
-    l << " (ranked by " << (search_.recommend.objective.goal == core::Goal::kCost
-                                ? "cost per unit of progress"
-                                : "progress per hour")
+    l << " (ranked by "
+      << (search_.recommend.objective.goal == core::Goal::kCost ? "cost per unit of progress"
+                                                                : "progress per hour")
       << ")";
   std::vector<std::string> unlock;
   if (pseudo_type_) unlock.push_back("CLOUDTUNE_INSTANCE_TYPE to price it");
@@ -481,10 +480,10 @@ void Runtime::StartHttp() {
     Log("cloudtune: CLOUDTUNE_HTTP='" + opt_.http + "': " + error + "; endpoint off");
     return;
   }
-  auto server = std::make_unique<HttpServer>(
-      ho, MakeHttpProviders(*tuner_, [this](MetricsSnapshot* m) {
-        m->preemption_notice = ShouldCheckpoint() ? 1 : 0;
-      }));
+  auto server =
+      std::make_unique<HttpServer>(ho, MakeHttpProviders(*tuner_, [this](MetricsSnapshot* m) {
+                                     m->preemption_notice = ShouldCheckpoint() ? 1 : 0;
+                                   }));
   if (!server->Start(&error)) {
     Log("cloudtune: http: " + error + "; endpoint off");
     return;

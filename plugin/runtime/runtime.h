@@ -29,14 +29,14 @@
 #include <functional>
 #include <memory>
 #include <mutex>
-#include <optional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <thread>
 
+#include "estimator/batch_size.h"
 #include "estimator/core/env.h"
 #include "estimator/core/types.h"
-#include "estimator/batch_size.h"
 #include "plugin/runtime/cloud.h"
 #include "plugin/runtime/fit_and_search.h"
 #include "plugin/runtime/options.h"
@@ -73,21 +73,20 @@ bool AgreeAcrossRanks(KeyValueStore& store, const std::string& prefix, int world
 
 // What the runtime is told about the job and where its outputs go.
 struct RuntimeSetup {
-  Options options;  // CLOUDTUNE_* settings (read once, Options::FromEnv)
+  Options options;     // CLOUDTUNE_* settings (read once, Options::FromEnv)
   int rank = 0;        // this process's rank
   int world_size = 1;  // replicas
   int num_nodes = 1;   // machines
   // Find the instance type at Start (CLOUDTUNE_INSTANCE_TYPE was not given): the cloud's metadata,
   // else `gpu_name` mapped to the catalog. Rank 0 only.
   bool detect_instance = false;
-  std::string gpu_name;  // the CUDA device's name ("" = not on a GPU)
+  std::string gpu_name;    // the CUDA device's name ("" = not on a GPU)
   core::LaunchEnv launch;  // restart count, store address (core::LaunchEnv::Read)
   // Search knobs the environment does not set (the CLI's flags, a replay scenario's traced
   // configurations), applied on top of SearchOptionsFrom(options).
   std::function<void(FitAndSearchOptions*)> customize;
   // Records ("recommendation", "preemption", "straggler") for rank 0's sidecar; empty = none.
-  std::function<void(const std::string& kind, long long step, const nlohmann::json& record)>
-      record;
+  std::function<void(const std::string& kind, long long step, const nlohmann::json& record)> record;
   // One human line per event; empty = stderr (nothing when options.log_level is "error").
   std::function<void(const std::string& line)> log;
   // The cross-rank store for the straggler gather (null = no straggler detection).

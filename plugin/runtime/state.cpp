@@ -87,8 +87,7 @@ json KeyToJson(const core::ConfigKey& k) {
           {"instance_type", k.instance_type}};
 }
 
-core::ConfigKey KeyFromJson(const json& j, const std::string& source,
-                                 const std::string& where) {
+core::ConfigKey KeyFromJson(const json& j, const std::string& source, const std::string& where) {
   core::ConfigKey k;
   k.num_nodes = static_cast<int>(Integer(j, "num_nodes", source, where, 1));
   k.num_replicas = static_cast<int>(Integer(j, "num_replicas", source, where, 1));

@@ -32,9 +32,9 @@ struct SavedState {
   std::string job_id;
   long long step = 0;                             // optimizer steps done
   double progress = 0;                            // progress in base-batch steps (>= 0)
-  core::ConfigKey current;                   // configuration that ran last
-  std::vector<core::Measurement> profile;    // measured configurations
-  core::NoiseState noise;                    // smoothed gradient statistics
+  core::ConfigKey current;                        // configuration that ran last
+  std::vector<core::Measurement> profile;         // measured configurations
+  core::NoiseState noise;                         // smoothed gradient statistics
   nlohmann::json gns = nlohmann::json::object();  // GNS estimator internals (owned by hooks/)
   nlohmann::json models =
       nlohmann::json::object();   // fitted models {"throughput":…, "efficiency":…}

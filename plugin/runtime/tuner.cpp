@@ -78,8 +78,7 @@ void Tuner::Offer(std::shared_ptr<const Snapshot> snapshot) {
   const bool changed_config = options_.refit_on_config_change;
   std::shared_ptr<const Snapshot> previous = std::atomic_exchange(&slot_, snapshot);
   generation_.fetch_add(1, std::memory_order_release);
-  const bool changed =
-      changed_config && previous && !(previous->current == snapshot->current);
+  const bool changed = changed_config && previous && !(previous->current == snapshot->current);
   const bool first = options_.refit_until_published && published_.load() == 0;
   if ((changed || first) && !stopped_ && !wake_pending_.exchange(true)) {
     // Rare (configuration changes, the first snapshots); the post is a short critical section
@@ -130,8 +129,7 @@ void Tuner::Refit(const std::string& trigger) {
     fit_errors_.fetch_add(1);
     if (!logged_waiting_ && log_) {
       logged_waiting_ = true;
-      log_(std::string("cloudtune: waiting for data before the first recommendation: ") +
-           e.what());
+      log_(std::string("cloudtune: waiting for data before the first recommendation: ") + e.what());
     }
     return;
   } catch (const std::exception& e) {
@@ -308,4 +306,3 @@ HttpProviders MakeHttpProviders(const Tuner& tuner, std::function<void(MetricsSn
 }
 
 }  // namespace cloudtune::runtime
-

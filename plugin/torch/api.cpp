@@ -8,6 +8,7 @@
 #include "cloudtune/cloudtune.h"
 #include "plugin/runtime/fit_and_search.h"
 #include "plugin/torch/plugin.h"
+#include "plugin/torch/signals.h"
 
 namespace cloudtune {
 namespace {
@@ -36,7 +37,10 @@ bool Init(const JobInfo& job) {
       opt.enabled = false;
     }
     Global() = std::make_unique<plugin::Plugin>(opt);
-    return Global()->Start(job);
+    const bool on = Global()->Start(job);
+    if (on && job.rank == 0)  // rank 0 writes the sidecar: end it cleanly on SIGTERM
+      plugin::WatchTermination([] { Global()->EndOnSignal("SIGTERM"); });
+    return on;
   } catch (const std::exception& e) {
     std::cerr << "cloudtune: init failed: " << e.what() << "; plugin switched off\n";
     return false;
@@ -88,6 +92,7 @@ void SetTarget(const Target& target) {
   p->SetTarget(t);
 }
 void Shutdown() {
+  plugin::StopWatchingTermination();
   if (Global()) Global()->Finish();
 }
 }  // namespace cloudtune
@@ -140,8 +145,7 @@ TORCH_LIBRARY(cloudtune, m) {
   m.def("grads_reduced(Tensor[] grads, float reduced_slot) -> ()", &OpGradsReduced);
   m.def("step_end(int local_bsz, int micro_steps=1) -> ()", &OpStepEnd);
   m.def("should_checkpoint() -> bool", &OpShouldCheckpoint);
-  m.def(
-      "set_target(float epochs=0, float samples=0, float steps=0, float dataset_size=0) -> ()",
-      &OpSetTarget);
+  m.def("set_target(float epochs=0, float samples=0, float steps=0, float dataset_size=0) -> ()",
+        &OpSetTarget);
   m.def("shutdown() -> ()", &OpShutdown);
 }

@@ -1,6 +1,6 @@
 // The job's own c10d store (the TCPStore its process group rendezvoused on, at
-// MASTER_ADDR:MASTER_PORT) as the runtime's cross-rank key-value store. The only place the runtime's
-// cross-process coordination touches torch.
+// MASTER_ADDR:MASTER_PORT) as the runtime's cross-rank key-value store. The only place the
+// runtime's cross-process coordination touches torch.
 #pragma once
 
 #include <memory>

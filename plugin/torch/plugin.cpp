@@ -27,7 +27,9 @@ nlohmann::json StatsJson(const hooks::RunningStats& s) {
 }  // namespace
 
 Plugin::Plugin(runtime::Options options, core::LaunchEnv launch)
-    : opt_(std::move(options)), launch_(std::move(launch)), gns_(hooks::GnsOptions{opt_.gns_ema, 0}) {}
+    : opt_(std::move(options)),
+      launch_(std::move(launch)),
+      gns_(hooks::GnsOptions{opt_.gns_ema, 0}) {}
 
 Plugin::~Plugin() { Finish(); }
 
@@ -98,14 +100,13 @@ bool Plugin::Agree(runtime::KeyValueStore* store, bool local_ok) {
           "); each rank decides alone");
     return local_ok;
   }
-  const std::string prefix = "cloudtune/on/" + launch_.run_id + "/" +
-                             std::to_string(launch_.restart_count) + "/";
+  const std::string prefix =
+      "cloudtune/on/" + launch_.run_id + "/" + std::to_string(launch_.restart_count) + "/";
   std::string why;
   const bool on = runtime::AgreeAcrossRanks(*store, prefix, job_.world_size, local_ok,
                                             opt_.agree_timeout_seconds, &why);
   if (!on && local_ok)
-    std::cerr << "cloudtune: rank " << job_.rank << ": switched off on every rank: " << why
-              << "\n";
+    std::cerr << "cloudtune: rank " << job_.rank << ": switched off on every rank: " << why << "\n";
   return on;
 }
 
@@ -341,7 +342,7 @@ void Plugin::StepEnd(int64_t local_bsz, int64_t micro_steps) {
     else
 #endif
       timed = timer_.StepEnd(local_bsz, micro_steps, &s);
-    ++step_;
+    step_.store(step_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
     if (runtime_)  // per-rank times for the straggler check
       runtime_->StepTimes(step_, timed ? s.step_time : -1.0, timed ? s.compute_time() : -1.0);
     local_sum_ = 0;
@@ -459,7 +460,7 @@ void Plugin::EndInterval() {
                           {"biased", g.biased},
                           {"gns_steps", g.steps},
                           {"skipped_steps", g.skipped}};
-    sidecar_.Write("measurement", step_, rec);
+    sidecar_.Write("measurement", step_.load(), rec);
     WriteProfile();
   }
   if (runtime_ || observer_) {
@@ -495,9 +496,21 @@ core::Snapshot Plugin::Measured() const {
   return snap;
 }
 
+void Plugin::EndOnSignal(const char* signal_name) {
+  if (!leader_ || !enabled() || finished_.exchange(true)) return;
+  const double elapsed =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
+  sidecar_.Write("end", step_.load(), {{"steps", step_.load()},
+                                       {"elapsed_seconds", elapsed},
+                                       {"signal", signal_name},
+                                       {"configurations", static_cast<int64_t>(profile().size())},
+                                       {"profile", opt_.profile}});
+  WriteProfile();
+  sidecar_.Flush();
+}
+
 void Plugin::Finish() {
-  if (finished_ || !enabled()) return;
-  finished_ = true;
+  if (!enabled() || finished_.exchange(true)) return;
   try {
     if (runtime_) {  // before the sidecar closes
       const core::Snapshot last = Measured();
@@ -508,7 +521,7 @@ void Plugin::Finish() {
       const hooks::GnsState g = gns_.State();
       const double elapsed =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
-      nlohmann::json rec = {{"steps", step_},
+      nlohmann::json rec = {{"steps", step_.load()},
                             {"elapsed_seconds", elapsed},
                             {"grad_sqr", g.valid ? Finite(g.grad_sqr) : nlohmann::json()},
                             {"grad_var", g.valid ? Finite(g.grad_var) : nlohmann::json()},
@@ -517,7 +530,7 @@ void Plugin::Finish() {
                             {"skipped_steps", g.skipped},
                             {"configurations", static_cast<int64_t>(profile().size())},
                             {"profile", opt_.profile}};
-      sidecar_.Write("end", step_, rec);
+      sidecar_.Write("end", step_.load(), rec);
       WriteProfile();
       sidecar_.Close();
       Log("done after " + std::to_string(step_) + " steps; sidecar " + opt_.sidecar);

@@ -32,7 +32,7 @@ namespace cloudtune::runtime {
 class Runtime;        // plugin/runtime/runtime.h
 class KeyValueStore;  // plugin/runtime/runtime.h
 struct Target;        // plugin/runtime/fit_and_search.h
-}
+}  // namespace cloudtune::runtime
 
 namespace cloudtune::plugin {
 
@@ -83,7 +83,10 @@ class Plugin {
   runtime::Sidecar* sidecar() { return &sidecar_; }  // for other record writers (rank 0)
   const runtime::Options& options() const { return opt_; }
   const JobInfo& job() const { return job_; }
-  int64_t step() const { return step_; }
+  int64_t step() const { return step_.load(std::memory_order_relaxed); }
+  // SIGTERM (any thread, once): the "end" record marked with the signal, the profile, and a flush
+  // of the sidecar. Touches only what is safe beside the training thread.
+  void EndOnSignal(const char* signal_name);
   hooks::GnsState noise() const { return gns_.State(); }
   std::vector<core::Measurement> profile() const;
   // What was measured so far, as handed to the runtime.
@@ -115,13 +118,13 @@ class Plugin {
   JobInfo job_;
   std::atomic<bool> enabled_{false};
   bool leader_ = false;  // rank 0: measures, writes
-  bool finished_ = false;
+  std::atomic<bool> finished_{false};
   runtime::Sidecar sidecar_;
   hooks::StepTimer timer_;
   hooks::GnsEstimator gns_;
   Observer observer_;
 
-  int64_t step_ = 0;
+  std::atomic<int64_t> step_{0};
   std::chrono::steady_clock::time_point started_{};
   // Current configuration and warm-up.
   bool have_config_ = false;

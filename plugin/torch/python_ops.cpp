@@ -17,8 +17,8 @@
 #include <cmath>
 #include <mutex>
 
-#include "hooks/grad_norm.h"
 #include "cloudtune/cloudtune.h"
+#include "hooks/grad_norm.h"
 #include "plugin/torch/plugin.h"
 
 namespace cloudtune {

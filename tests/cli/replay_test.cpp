@@ -155,4 +155,4 @@ TEST(Replay, BadScenarioMessages) {
 }
 
 }  // namespace
-}  // namespace cloudtune::search
+}  // namespace cloudtune::replay

@@ -31,21 +31,21 @@ size_t Count(const std::string& text, const std::string& what) {
 }
 
 // Runs `report ARGS`; skips the test when no python3 with matplotlib is installed.
-#define REPORT_OR_SKIP(r, args)                                                        \
-  const CliResult r = RunCli("report " + std::string(args));                           \
-  if (r.status == 1 && r.err.find("matplotlib") != std::string::npos)                  \
-    GTEST_SKIP() << "python3-matplotlib is not installed (scripts/install-deps.sh): " << r.err
+#define REPORT_OR_SKIP(r, args)                                       \
+  const CliResult r = RunCli("report " + std::string(args));          \
+  if (r.status == 1 && r.err.find("matplotlib") != std::string::npos) \
+  GTEST_SKIP() << "python3-matplotlib is not installed (scripts/install-deps.sh): " << r.err
 
 TEST(Report, RecordedSidecarHasEachPlot) {
   const std::string html = TmpDir() + "/report.html";
   REPORT_OR_SKIP(r, kSidecar + " -o " + html);
   ASSERT_EQ(r.status, 0) << r.err;
   const std::string page = Slurp(html);
-  for (const char* id : {"id='step-time'", "id='throughput'", "id='noise'", "id='pareto'",
-                         "id='history'", "id='events'", "what to do next",
-                         "saving against staying put", "exposed communication",
-                         "configuration change", "Pareto front", "current configuration",
-                         "recommendation", "deadline 2 h"})
+  for (const char* id :
+       {"id='step-time'", "id='throughput'", "id='noise'", "id='pareto'", "id='history'",
+        "id='events'", "what to do next", "saving against staying put", "exposed communication",
+        "configuration change", "Pareto front", "current configuration", "recommendation",
+        "deadline 2 h"})
     EXPECT_NE(page.find(id), std::string::npos) << id;
   EXPECT_GE(Count(page, "<svg"), 5u);
   // Self-contained: no script, nothing loaded from elsewhere.
@@ -79,7 +79,8 @@ TEST(Report, ReplayResultRendersPoliciesAgainstTheOracle) {
   const std::string json = TmpDir() + "/replay.json", html = TmpDir() + "/replay.html";
   const CliResult rep = RunCli("replay " CLOUDTUNE_SOURCE_DIR
                                "/data/scenarios/pollux-cifar10-g4dn.json --seeds 1 --format json "
-                               "-o " + json);
+                               "-o " +
+                               json);
   ASSERT_EQ(rep.status, 0) << rep.err;
   REPORT_OR_SKIP(r, json + " -o " + html);
   ASSERT_EQ(r.status, 0) << r.err;
@@ -119,9 +120,9 @@ TEST(Report, OpensInAHeadlessBrowserWithoutConsoleErrors) {
       "timeout 120 " + chromium +
       " --headless --no-sandbox --disable-gpu --disable-quic --no-first-run"
       " --disable-background-networking --disable-component-update --disable-sync"
-      " --user-data-dir=" + profile + " --enable-logging=stderr --v=0 --window-size=1200,3000" +
-      " --screenshot=" + shot + " file://" + html + " >" + dir + "/chromium.out 2>" + dir +
-      "/chromium.err";
+      " --user-data-dir=" +
+      profile + " --enable-logging=stderr --v=0 --window-size=1200,3000" + " --screenshot=" + shot +
+      " file://" + html + " >" + dir + "/chromium.out 2>" + dir + "/chromium.err";
   ASSERT_EQ(std::system(cmd.c_str()), 0) << Slurp(dir + "/chromium.err");
   ASSERT_TRUE(fs::exists(shot)) << Slurp(dir + "/chromium.err");
   EXPECT_GT(fs::file_size(shot), 20000u);  // a rendered page, not a blank one

@@ -41,7 +41,8 @@ TEST(Status, SummarizesALiveJob) {
   const auto r = RunCli("status " + Url(server));
   ASSERT_EQ(r.status, 0) << r.err;
   for (const char* s :
-       {"cloudtune status  http://127.0.0.1:", "step      200   progress 256 / 20000 B0-steps (1.3%)",
+       {"cloudtune status  http://127.0.0.1:",
+        "step      200   progress 256 / 20000 B0-steps (1.3%)",
         "now       1x g4dn.12xlarge, 2 replicas, batch 138, $3.912/h",
         "step time 46.4 ms = compute 37.8 ms + exposed communication 8.6 ms",
         "goodput 2290 (statistical efficiency 0.770), noise scale 183.7 samples",
@@ -84,14 +85,15 @@ TEST(Status, BadInputs) {
   server.Stop();  // nothing listens there now
   const auto r = RunCli("status 127.0.0.1:" + std::to_string(port) + " --timeout 2");
   EXPECT_EQ(r.status, 1);
-  EXPECT_EQ(r.err.rfind("cloudtune: error: http://127.0.0.1:" + std::to_string(port) + "/metrics: ",
-                        0),
-            0u)
+  EXPECT_EQ(
+      r.err.rfind("cloudtune: error: http://127.0.0.1:" + std::to_string(port) + "/metrics: ", 0),
+      0u)
       << r.err;
   const auto bad = RunCli("status http://127.0.0.1:99999");
   EXPECT_EQ(bad.status, 1);
-  EXPECT_EQ(bad.err,
-            "cloudtune: error: http://127.0.0.1:99999: expected http://HOST:PORT (port 1..65535)\n");
+  EXPECT_EQ(
+      bad.err,
+      "cloudtune: error: http://127.0.0.1:99999: expected http://HOST:PORT (port 1..65535)\n");
 }
 
 }  // namespace

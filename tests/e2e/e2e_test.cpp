@@ -124,9 +124,11 @@ TEST(E2E, InvalidSettingLogsOnceAndTrainingGoesOn) {
   EXPECT_NE(log.find("test accuracy"), std::string::npos) << log;
 }
 
-TEST(E2E, KilledWorkerLeavesOnlyCompleteLines) {
-  auto dir = TempDir("kill");
-  const std::string sidecar = (dir / "s.jsonl").string();
+// Starts the example's two ranks as separate processes (with RANK/WORLD_SIZE/MASTER_* set, as a
+// launcher would) writing the sidecar `sidecar`; returns their pids once the sidecar has `lines`
+// lines (or 90 s passed; *lines_seen says how many).
+std::vector<pid_t> StartRanks(const fs::path& dir, const std::string& sidecar, size_t lines,
+                              size_t* lines_seen) {
   int port = 0;  // a free loopback port
   {
     int fd = ::socket(AF_INET, SOCK_STREAM, 0);
@@ -134,8 +136,8 @@ TEST(E2E, KilledWorkerLeavesOnlyCompleteLines) {
     a.sin_family = AF_INET;
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     socklen_t len = sizeof(a);
-    ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
-    ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len), 0);
+    ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+    ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
     port = ntohs(a.sin_port);
     ::close(fd);
   }
@@ -158,18 +160,25 @@ TEST(E2E, KilledWorkerLeavesOnlyCompleteLines) {
               "1000", static_cast<char*>(nullptr));
       std::_Exit(127);
     }
-    ASSERT_GT(pid, 0);
     pids.push_back(pid);
   }
-  // Wait for a few measurement records, then kill rank 0 (the writer) mid-run.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(90);
-  size_t lines = 0;
+  *lines_seen = 0;
   while (std::chrono::steady_clock::now() < deadline) {
     const std::string text = Slurp(sidecar);
-    lines = static_cast<size_t>(std::count(text.begin(), text.end(), '\n'));
-    if (lines >= 6) break;
+    *lines_seen = static_cast<size_t>(std::count(text.begin(), text.end(), '\n'));
+    if (*lines_seen >= lines) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
+  return pids;
+}
+
+TEST(E2E, KilledWorkerLeavesOnlyCompleteLines) {
+  auto dir = TempDir("kill");
+  const std::string sidecar = (dir / "s.jsonl").string();
+  size_t lines = 0;
+  // Wait for a few measurement records, then kill rank 0 (the writer) mid-run.
+  const std::vector<pid_t> pids = StartRanks(dir, sidecar, 6, &lines);
   ::kill(pids[0], SIGKILL);
   ::kill(pids[1], SIGKILL);
   for (pid_t p : pids) ::waitpid(p, nullptr, 0);
@@ -180,6 +189,27 @@ TEST(E2E, KilledWorkerLeavesOnlyCompleteLines) {
   for (size_t i = 1; i < recs.size(); ++i)  // the tuner's first recommendations come early
     EXPECT_TRUE(recs[i]["kind"] == "measurement" || recs[i]["kind"] == "recommendation")
         << recs[i].dump();
+}
+
+// SIGTERM (how torchrun and launchers stop workers): rank 0 writes its "end" record, marked with
+// the signal, flushes, and dies of the signal as it would have.
+TEST(E2E, SigtermWritesTheEndRecord) {
+  auto dir = TempDir("term");
+  const std::string sidecar = (dir / "s.jsonl").string();
+  size_t lines = 0;
+  const std::vector<pid_t> pids = StartRanks(dir, sidecar, 6, &lines);
+  ::kill(pids[0], SIGTERM);
+  int status = 0;
+  ::waitpid(pids[0], &status, 0);
+  ::kill(pids[1], SIGKILL);
+  ::waitpid(pids[1], nullptr, 0);
+  ASSERT_GE(lines, 6u) << Slurp(dir / "rank0.log");
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM) << status;
+  auto recs = CompleteRecords(sidecar);
+  ASSERT_GE(recs.size(), 2u);
+  EXPECT_EQ(recs.back()["kind"], "end") << recs.back().dump();
+  EXPECT_EQ(recs.back()["signal"], "SIGTERM");
+  EXPECT_GT(recs.back()["steps"].get<long long>(), 0);
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <iostream>
 #include <stdexcept>
+
 #include "tests/shared_data.h"
 
 namespace cloudtune::estimator {

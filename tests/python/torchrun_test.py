@@ -27,13 +27,30 @@ def free_port():
         return s.getsockname()[1]
 
 
-def torchrun(tmp, tuner, *args, timeout=120):
+def on_cloud_vm():
+    """Whether the firmware says this is a cloud VM (then "auto" would ask the link-local metadata
+    service, which tests must not reach: they turn it off)."""
+    for f in ("sys_vendor", "product_name", "bios_vendor"):
+        try:
+            text = pathlib.Path("/sys/class/dmi/id", f).read_text().lower()
+        except OSError:
+            continue
+        if "amazon" in text or "google" in text:
+            return True
+    return False
+
+
+def torchrun(tmp, tuner, *args, timeout=120, extra_env=None):
     env = {k: v for k, v in os.environ.items() if not k.startswith("CLOUDTUNE")}
     env["CLOUDTUNE_LIBRARY"] = os.environ.get("CLOUDTUNE_LIBRARY") or str(
         REPO / "build/lib/libcloudtune_plugin.so")
     env["OMP_NUM_THREADS"] = "1"
     if tuner:
         env.update(CLOUDTUNE="1", CLOUDTUNE_MEASURE_EVERY="10", CLOUDTUNE_WARMUP_STEPS="2")
+    if extra_env:
+        env.update(extra_env)
+    if on_cloud_vm():
+        env["CLOUDTUNE_METADATA_URL"] = "off"
     # torchrun through python/cloudtune/torchrun.py: the same agent, with the fix for torch 1.13's
     # --redirects/--tee parsing on Python >= 3.11 (see there).
     cmd = [sys.executable, str(REPO / "python/cloudtune/torchrun.py"), "--nproc_per_node", "2",
@@ -88,6 +105,40 @@ class TorchrunTest(unittest.TestCase):
             self.assertGreater(meas[-1]["gns_steps"], 40)  # one noise sample per step
             profile = (pathlib.Path(tmp) / "cloudtune.profile.csv").read_text().splitlines()
             self.assertGreaterEqual(len(profile), 2, profile)
+
+    def test_cloudtune_alone_recommends(self):
+        """Only CLOUDTUNE=1: the start line says what is known, and a recommendation comes (the
+        machines are not in the catalog here: batch and worker advice, costs in GPU-hours)."""
+        with tempfile.TemporaryDirectory() as tmp:
+            torchrun(tmp, False, "--steps", "160", "--batch", "32", extra_env={"CLOUDTUNE": "1"})
+            recs = sidecar(tmp)
+            self.assertEqual(recs[0]["kind"], "start")
+            self.assertEqual(recs[0]["instance"]["instance_type"], "local")
+            recos = [r for r in recs if r["kind"] == "recommendation"]
+            self.assertGreaterEqual(len(recos), 1, [r["kind"] for r in recs])
+            self.assertEqual(recos[0]["target"], "none")
+            self.assertIn(recos[0]["action"], ("keep", "switch", "measure"))
+            self.assertTrue(recos[0]["reason"])
+
+    def test_one_rank_off_turns_every_rank_off(self):
+        """Rank 0 cannot write its sidecar: every rank stays off (one line each), so no rank adds
+        the noise-scale element to its all-reduce alone; training matches a run with the tuner
+        off."""
+        def last_loss(text):
+            losses = [float(l.split("loss")[1].split()[0]) for l in text.splitlines()
+                      if " loss " in l]
+            self.assertTrue(losses, text)
+            return losses[-1]
+
+        with tempfile.TemporaryDirectory() as tmp:
+            off = torchrun(tmp, False, "--steps", "60", "--batch", "32", "--seed", "3")
+            bad = torchrun(tmp, False, "--steps", "60", "--batch", "32", "--seed", "3",
+                           extra_env={"CLOUDTUNE": "1",
+                                      "CLOUDTUNE_SIDECAR": "/nonexistent/dir/x.jsonl"})
+            out = bad.stdout + bad.stderr
+            self.assertEqual(out.count("on every rank"), 2, out)
+            self.assertAlmostEqual(last_loss(bad.stdout), last_loss(off.stdout),
+                                   delta=0.01 * abs(last_loss(off.stdout)))
 
     def test_tuner_off_writes_nothing_and_resumes(self):
         with tempfile.TemporaryDirectory() as tmp:

@@ -18,7 +18,8 @@ namespace {
 
 using ::cloudtune::runtime::testing::WaitFor;
 
-const std::string kProfile = std::string(CLOUDTUNE_SOURCE_DIR) + "/tests/data/g4dn_cifar10_profile.csv";
+const std::string kProfile =
+    std::string(CLOUDTUNE_SOURCE_DIR) + "/tests/data/g4dn_cifar10_profile.csv";
 
 class MemoryStore : public KeyValueStore {
  public:

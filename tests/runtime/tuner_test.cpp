@@ -1,5 +1,4 @@
 #include "plugin/runtime/tuner.h"
-#include "plugin/runtime/state.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -11,6 +10,7 @@
 #include <mutex>
 
 #include "plugin/runtime/http_server.h"
+#include "plugin/runtime/state.h"
 #include "test_util.h"
 #include "tests/shared_data.h"
 

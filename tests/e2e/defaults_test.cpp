@@ -1,0 +1,110 @@
+// End-to-end: the Fashion-MNIST example with 2 real worker processes and only CLOUDTUNE=1 gets a
+// recommendation; a fake metadata server of each cloud's format names the instance and how it is
+// bought in the sidecar's start record; a hanging metadata endpoint costs at most the time bound.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "e2e_util.h"
+#include "plugin/runtime/cloud.h"
+#include "tests/fake_http.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+const std::string kBin = CLOUDTUNE_BIN_DIR "/train_fashion_mnist";
+
+// On a cloud VM "auto" would ask the link-local metadata service; tests never leave 127.0.0.1.
+std::string OffTheCloud() {
+  return cloudtune::runtime::CloudFromDmi("/sys/class/dmi/id").empty()
+             ? ""
+             : " CLOUDTUNE_METADATA_URL=off";
+}
+
+int RunExample(const fs::path& dir, const std::string& env, int steps, std::string* log) {
+  std::string unset;
+  for (const char* v :
+       {"CLOUDTUNE", "CLOUDTUNE_SIDECAR", "CLOUDTUNE_PROFILE", "CLOUDTUNE_MEASURE_EVERY",
+        "CLOUDTUNE_INSTANCE_TYPE", "CLOUDTUNE_TARGET_PROGRESS", "CLOUDTUNE_METADATA_URL",
+        "CLOUDTUNE_STATE", "CLOUDTUNE_HTTP", "TORCHELASTIC_RESTART_COUNT", "RANK", "WORLD_SIZE",
+        "MASTER_PORT"})
+    unset += std::string(" -u ") + v;
+  const std::string cmd = "cd '" + dir.string() + "' && env" + unset + " " + env + " '" + kBin +
+                          "' --workers 2 --epochs 1 --batch 32 --log-every 1000 --test-limit 200" +
+                          " --steps " + std::to_string(steps) + " > out.log 2>&1";
+  const int rc = std::system(cmd.c_str());
+  *log = cloudtune::e2e::Slurp(dir / "out.log");
+  return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+std::vector<json> Records(const fs::path& path, const std::string& kind) {
+  std::istringstream in(cloudtune::e2e::Slurp(path));
+  std::vector<json> out;
+  std::string line;
+  while (std::getline(in, line)) {
+    json j = json::parse(line);
+    if (kind.empty() || j["kind"] == kind) out.push_back(std::move(j));
+  }
+  return out;
+}
+
+TEST(Defaults, CloudtuneAloneGivesARecommendation) {
+  const fs::path dir = cloudtune::e2e::TempDir("cloudtune-defaults", "alone");
+  std::string log;
+  ASSERT_EQ(RunExample(dir, "CLOUDTUNE=1" + OffTheCloud(), 200, &log), 0) << log;
+  const auto all = Records(dir / "cloudtune.sidecar.jsonl", "");
+  ASSERT_FALSE(all.empty()) << log;
+  EXPECT_EQ(all.front()["kind"], "start");
+  EXPECT_EQ(all.front()["instance"]["instance_type"], "local");
+  EXPECT_FALSE(all.front()["instance"]["prices_known"].get<bool>());
+  const auto recs = Records(dir / "cloudtune.sidecar.jsonl", "recommendation");
+  ASSERT_GE(recs.size(), 1u) << log;
+  EXPECT_EQ(recs.front()["target"], "none");
+  EXPECT_FALSE(recs.front()["reason"].get<std::string>().empty());
+  // One start-up line saying what is known and what would unlock more.
+  EXPECT_EQ(cloudtune::e2e::CountLines(log, "cloudtune: tuner on: instance local"), 1) << log;
+  EXPECT_EQ(cloudtune::e2e::CountLines(log, "CLOUDTUNE_TARGET_EPOCHS"), 1) << log;
+}
+
+TEST(Defaults, MetadataNamesTheInstanceInTheStartRecord) {
+  struct Case {
+    std::string cloud, type, purchase;
+  };
+  for (const Case& c :
+       {Case{"aws", "g4dn.12xlarge", "spot"}, Case{"gcp", "a2-highgpu-1g", "on-demand"},
+        Case{"azure", "Standard_NC4as_T4_v3", "spot"}}) {
+    cloudtune::test::FakeHttpServer server(
+        cloudtune::test::CloudMetadata(c.cloud, c.type, c.purchase));
+    const fs::path dir = cloudtune::e2e::TempDir("cloudtune-defaults", c.cloud);
+    std::string log;
+    ASSERT_EQ(RunExample(dir, "CLOUDTUNE=1 CLOUDTUNE_METADATA_URL=" + server.url(), 20, &log), 0)
+        << log;
+    const auto start = Records(dir / "cloudtune.sidecar.jsonl", "start");
+    ASSERT_EQ(start.size(), 1u) << log;
+    EXPECT_EQ(start[0]["instance"]["provider"], c.cloud) << start[0].dump();
+    EXPECT_EQ(start[0]["instance"]["instance_type"], c.type) << start[0].dump();
+    EXPECT_EQ(start[0]["instance"]["purchase"], c.purchase) << start[0].dump();
+    EXPECT_TRUE(start[0]["instance"]["prices_known"].get<bool>());
+  }
+}
+
+TEST(Defaults, HangingMetadataCostsAtMostTheBoundAndTrainingCompletes) {
+  cloudtune::test::FakeHttpServer hang(cloudtune::test::CloudMetadata("hang", "", ""));
+  const fs::path dir = cloudtune::e2e::TempDir("cloudtune-defaults", "hang");
+  std::string log;
+  ASSERT_EQ(RunExample(dir, "CLOUDTUNE=1 CLOUDTUNE_METADATA_URL=" + hang.url(), 20, &log), 0)
+      << log;
+  const auto start = Records(dir / "cloudtune.sidecar.jsonl", "start");
+  ASSERT_EQ(start.size(), 1u) << log;
+  EXPECT_EQ(start[0]["instance"]["instance_type"], "local");
+  EXPECT_NE(start[0]["instance"]["note"].get<std::string>().find("no metadata answer"),
+            std::string::npos)
+      << start[0].dump();
+  EXPECT_NE(log.find("test accuracy"), std::string::npos) << log;
+}
+
+}  // namespace
