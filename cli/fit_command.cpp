@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/progress.h"
 #include "estimator/core/error.h"
 #include "estimator/core/json_file.h"
 #include "estimator/core/trace.h"
@@ -35,8 +36,12 @@ estimator::ThroughputModel ReadModel(const std::string& path) {
 void RunFit(const FitArgs& a) {
   std::string err;
   if (!a.options.IsValid(&err)) throw InputError("fit: " + err);
+  Progress progress("fit", 2);
+  progress.Step(1, "reading " + std::to_string(a.traces.size()) + " trace file(s)");
   const auto data = estimator::ReadTraces(a.traces);
+  progress.Step(2, "fitting " + std::to_string(data.size()) + " configurations");
   const auto model = estimator::FitThroughput(data, a.options);
+  progress.Done();
   Output(a.output, model.ToJson().dump(2) + "\n");
   const auto& s = model.stats();
   std::cerr << "cloudtune fit: " << s.configurations << " configurations, " << s.iterations

@@ -17,7 +17,9 @@ export CLOUDTUNE_PROFILE="$out/cloudtune.profile.csv"
 export CLOUDTUNE_INSTANCE_TYPE="${CLOUDTUNE_INSTANCE_TYPE:-g4dn.12xlarge}"
 export CLOUDTUNE_STATE="${CLOUDTUNE_STATE:-$out/cloudtune.state.json}"
 export CLOUDTUNE_REFIT_SECONDS="${CLOUDTUNE_REFIT_SECONDS:-10}"
-export CLOUDTUNE_TARGET_PROGRESS="${CLOUDTUNE_TARGET_PROGRESS:-20000}"
+# Finished = the epochs the demo trains (Fashion-MNIST has 60,000 training samples).
+export CLOUDTUNE_TARGET_EPOCHS="${CLOUDTUNE_TARGET_EPOCHS:-${DEMO_EPOCHS:-2}}"
+export CLOUDTUNE_DATASET_SIZE="${CLOUDTUNE_DATASET_SIZE:-60000}"
 build/bin/train_fashion_mnist --workers 2 --epochs "${DEMO_EPOCHS:-2}" --cache "$out/data"
 echo
 echo "== sidecar: $CLOUDTUNE_SIDECAR"

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "cli/commands.h"
+#include "cli/progress.h"
 #include "cli/replay/replay.h"
 #include "estimator/core/error.h"
 #include "estimator/core/stats.h"
@@ -38,10 +39,15 @@ void RegisterReplayCommand(CLI::App& app) {
     jr["runs"] = nlohmann::json::array();
     std::vector<double> rel_oracle, saving_fixed, explore_share;
     std::map<std::string, std::vector<double>> rel_by_policy;
+    Progress progress("replay", static_cast<int>(pa->scenarios.size()));
+    int scenario_index = 0;
     for (const auto& path : pa->scenarios) {
+      ++scenario_index;
+      progress.Step(scenario_index, "loading " + path);
       replay::Scenario s = replay::LoadScenario(path);
       const auto seeds = pa->seeds.empty() ? s.seeds : pa->seeds;
       for (uint64_t seed : seeds) {
+        progress.Step(scenario_index, s.name + " seed " + std::to_string(seed));
         auto res = replay::RunReplay(s, seed);
         double oracle = 0, fixed = 0;
         for (auto& r : res) {

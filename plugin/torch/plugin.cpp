@@ -500,11 +500,12 @@ void Plugin::EndOnSignal(const char* signal_name) {
   if (!leader_ || !enabled() || finished_.exchange(true)) return;
   const double elapsed =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
-  sidecar_.Write("end", step_.load(), {{"steps", step_.load()},
-                                       {"elapsed_seconds", elapsed},
-                                       {"signal", signal_name},
-                                       {"configurations", static_cast<int64_t>(profile().size())},
-                                       {"profile", opt_.profile}});
+  sidecar_.Write("end", step_.load(),
+                 {{"steps", step_.load()},
+                  {"elapsed_seconds", elapsed},
+                  {"signal", signal_name},
+                  {"configurations", static_cast<int64_t>(profile().size())},
+                  {"profile", opt_.profile}});
   WriteProfile();
   sidecar_.Flush();
 }
