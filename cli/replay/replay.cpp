@@ -428,7 +428,7 @@ Scenario ParseScenarioFields(const nlohmann::json& j, const std::string& name,
               return a.progress < b.progress;
             });
   s.target_progress = NumberField(j, "target_progress", 0, name, false);
-  if (s.target_progress == 0) s.target_progress = s.noise.back().progress;
+  if (s.target_progress == 0) s.target_progress = max_progress;  // the trace's last progress
   if (!j.contains("start") || !j["start"].is_object()) throw InputError(name + ": start: missing");
   const auto& st = j["start"];
   s.start.type = st.value("instance_type", std::string());

@@ -15,6 +15,8 @@
 //       "model": "ResNet-50", "nodes": 1, "replicas": 4}}               // Gavel steps/s
 //   ],
 //   "noise": {"validation_csv": "PATH.csv", "base_batch": 200},  // gradient noise vs progress
+//                                    (read as the efficiency fit reads it: each row's statistics
+//                                    are averages over its interval, placed at its midpoint)
 //   "target_progress": 0,            // B0-steps; 0 = the last progress of the validation trace
 //   "start": {"instance_type": "...", "nodes": 1, "gpus_per_node": 4, "local_bsz": 20,
 //             "accum_steps": 0},     // the job's first configuration (on demand)
