@@ -151,7 +151,11 @@ std::string Screen(const Endpoint& e, double timeout) {
       rec.status == 200 ? nlohmann::json::parse(rec.body, nullptr, false) : nlohmann::json();
   const nlohmann::json p =
       prof.status == 200 ? nlohmann::json::parse(prof.body, nullptr, false) : nlohmann::json();
-  const double target = r.is_object() ? r.value("target_progress", NAN) : NAN;
+  // A number of `j` ("?" when it is absent, null or not a number).
+  const auto num = [](const nlohmann::json& j, const char* key) {
+    return j.is_object() && j.contains(key) && j[key].is_number() ? j[key].get<double>() : NAN;
+  };
+  const double target = num(r, "target_progress");
   o << "step      " << Num(g("steps_total"), "%.0f") << "   progress "
     << Num(g("progress_base_steps"), "%.0f");
   if (std::isfinite(target) && target > 0)
@@ -175,12 +179,22 @@ std::string Screen(const Endpoint& e, double timeout) {
     << Num(g("gradient_noise_scale_samples"), "%.1f") << " samples\n";
   if (r.is_object() && r.contains("proposed") && r["proposed"].is_object()) {
     const auto& pr = r["proposed"];
-    o << "advice    " << r.value("action", "?") << ": " << pr.value("description", "?") << "\n"
-      << "          " << Num(pr.value("hours", NAN), "%.3g") << " h, $"
-      << Num(pr.value("cost_usd", NAN), "%.3g") << " to finish";
-    if (r.contains("current") && r["current"].is_object())
-      o << " (staying: " << Num(r["current"].value("hours", NAN), "%.3g") << " h, $"
-        << Num(r["current"].value("cost_usd", NAN), "%.3g") << ")";
+    const nlohmann::json cur = r.contains("current") ? r["current"] : nlohmann::json();
+    o << "advice    " << r.value("action", "?") << ": " << pr.value("description", "?") << "\n";
+    if (r.contains("rate")) {  // no target: the rate objective
+      o << "          $" << Num(num(pr, "usd_per_progress"), "%.3g") << " per B0-step, "
+        << Num(num(pr, "progress_per_hour"), "%.3g") << " B0-steps/h";
+      if (cur.is_object())
+        o << " (staying: $" << Num(num(cur, "usd_per_progress"), "%.3g") << ", "
+          << Num(num(cur, "progress_per_hour"), "%.3g") << "/h)";
+      o << "; no target set";
+    } else {
+      o << "          " << Num(num(pr, "hours"), "%.3g") << " h, $"
+        << Num(num(pr, "cost_usd"), "%.3g") << " to finish";
+      if (cur.is_object())
+        o << " (staying: " << Num(num(cur, "hours"), "%.3g") << " h, $"
+          << Num(num(cur, "cost_usd"), "%.3g") << ")";
+    }
     o << "\nreason    " << r.value("reason", "") << "\n";
   } else {
     o << "advice    none yet" << (rec.status == 503 ? " (the tuner has not published one)" : "")

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "estimator/core/atomic_file.h"
+#include "estimator/core/version.h"
 #include "hooks/grad_norm.h"
 #include "plugin/runtime/runtime.h"
 #include "plugin/torch/c10d_store.h"
@@ -114,7 +115,8 @@ void Plugin::WriteStartRecord() {
   nlohmann::json options;
   for (const auto& v : runtime::EnvTable())
     options[v.name] = core::GetEnv(v.name).value_or(v.default_value);
-  nlohmann::json start = {{"world_size", job_.world_size},
+  nlohmann::json start = {{"version", core::Version()},
+                          {"world_size", job_.world_size},
                           {"num_nodes", job_.num_nodes},
                           {"gpus_per_node", std::max(1, job_.world_size / job_.num_nodes)},
                           {"rank", job_.rank},

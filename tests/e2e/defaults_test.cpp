@@ -4,9 +4,12 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <chrono>
 #include <filesystem>
+#include <future>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <thread>
 
 #include "e2e_util.h"
 #include "plugin/runtime/cloud.h"
@@ -25,7 +28,8 @@ std::string OffTheCloud() {
              : " CLOUDTUNE_METADATA_URL=off";
 }
 
-int RunExample(const fs::path& dir, const std::string& env, int steps, std::string* log) {
+int RunExample(const fs::path& dir, const std::string& env, int steps, std::string* log,
+               int epochs = 1) {
   std::string unset;
   for (const char* v :
        {"CLOUDTUNE", "CLOUDTUNE_SIDECAR", "CLOUDTUNE_PROFILE", "CLOUDTUNE_MEASURE_EVERY",
@@ -34,8 +38,9 @@ int RunExample(const fs::path& dir, const std::string& env, int steps, std::stri
         "MASTER_PORT"})
     unset += std::string(" -u ") + v;
   const std::string cmd = "cd '" + dir.string() + "' && env" + unset + " " + env + " '" + kBin +
-                          "' --workers 2 --epochs 1 --batch 32 --log-every 1000 --test-limit 200" +
-                          " --steps " + std::to_string(steps) + " > out.log 2>&1";
+                          "' --workers 2 --epochs " + std::to_string(epochs) +
+                          " --batch 32 --log-every 1000 --test-limit 200" + " --steps " +
+                          std::to_string(steps) + " > out.log 2>&1";
   const int rc = std::system(cmd.c_str());
   *log = cloudtune::e2e::Slurp(dir / "out.log");
   return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
@@ -59,6 +64,7 @@ TEST(Defaults, CloudtuneAloneGivesARecommendation) {
   const auto all = Records(dir / "cloudtune.sidecar.jsonl", "");
   ASSERT_FALSE(all.empty()) << log;
   EXPECT_EQ(all.front()["kind"], "start");
+  EXPECT_FALSE(all.front()["version"].get<std::string>().empty());
   EXPECT_EQ(all.front()["instance"]["instance_type"], "local");
   EXPECT_FALSE(all.front()["instance"]["prices_known"].get<bool>());
   const auto recs = Records(dir / "cloudtune.sidecar.jsonl", "recommendation");
@@ -68,6 +74,41 @@ TEST(Defaults, CloudtuneAloneGivesARecommendation) {
   // One start-up line saying what is known and what would unlock more.
   EXPECT_EQ(cloudtune::e2e::CountLines(log, "cloudtune: tuner on: instance local"), 1) << log;
   EXPECT_EQ(cloudtune::e2e::CountLines(log, "CLOUDTUNE_TARGET_EPOCHS"), 1) << log;
+}
+
+// `cloudtune status` against a live 2-worker run with CLOUDTUNE_HTTP set: one screen from the
+// job's endpoint while it trains.
+TEST(Defaults, StatusReadsALiveJob) {
+  const fs::path dir = cloudtune::e2e::TempDir("cloudtune-defaults", "status");
+  int port = 0;
+  {
+    cloudtune::test::FakeHttpServer probe(
+        [](const cloudtune::test::FakeRequest&) { return cloudtune::test::FakeAnswer{}; });
+    port = probe.port();  // free once the probe closes
+  }
+  const std::string url = "127.0.0.1:" + std::to_string(port);
+  std::string log;
+  // The run trains in the background; status is asked while it runs.
+  auto run = std::async(std::launch::async, [&] {
+    return RunExample(
+        dir, "CLOUDTUNE=1 CLOUDTUNE_MEASURE_EVERY=10 CLOUDTUNE_HTTP=" + url + OffTheCloud(), 1500,
+        &log);
+  });
+  const std::string out = (dir / "status.txt").string();
+  const std::string cmd = "'" + std::string(CLOUDTUNE_BIN_DIR) + "/cloudtune' status http://" +
+                          url + " --timeout 2 > '" + out + "' 2>&1";
+  bool got = false;
+  std::string text;
+  for (int i = 0; i < 200 && !got; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    if (std::system(cmd.c_str()) != 0) continue;
+    text = cloudtune::e2e::Slurp(out);
+    got = text.find("step") != std::string::npos && text.find("advice") != std::string::npos &&
+          text.find("advice    none yet") == std::string::npos;
+  }
+  ASSERT_EQ(run.get(), 0) << log;
+  ASSERT_TRUE(got) << text << "\n" << log;
+  EXPECT_NE(text.find("local"), std::string::npos) << text;
 }
 
 TEST(Defaults, MetadataNamesTheInstanceInTheStartRecord) {
