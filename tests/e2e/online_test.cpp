@@ -23,6 +23,7 @@
 
 #include "e2e_util.h"
 #include "estimator/core/trace.h"
+#include "tests/fake_http.h"
 
 namespace {
 
@@ -228,59 +229,22 @@ TEST(Online, RecommendationsMatchCliAndHttpAnswersWhileTraining) {
             state["state"]["profile"][0]["rows"].get<int>());
 }
 
-// A fake instance metadata endpoint (AWS protocol): 404 until `notice` is set, then 200 + JSON.
+// A fake instance metadata endpoint (AWS protocol): 404 until Notice(), then 200 + the notice.
 class FakeMetadata {
  public:
-  FakeMetadata() {
-    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    int one = 1;
-    ::setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof a;
-    ::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a);
-    ::listen(fd_, 16);
-    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
-    port_ = ntohs(a.sin_port);
-    thread_ = std::thread([this] { Serve(); });
-  }
-  ~FakeMetadata() {
-    stop_ = true;
-    thread_.join();
-    ::close(fd_);
-  }
-  int port() const { return port_; }
+  FakeMetadata()
+      : server_([this](const cloudtune::test::FakeRequest&) {
+          if (!notice_) return cloudtune::test::FakeAnswer{404, ""};
+          return cloudtune::test::FakeAnswer{
+              200, R"({"action":"terminate","time":"2026-11-21T23:59:00Z"})"};
+        }) {}
+  int port() const { return server_.port(); }
   void Notice() { notice_ = true; }
-  int requests() const { return requests_; }
+  int requests() const { return server_.requests(); }
 
  private:
-  void Serve() {
-    while (!stop_) {
-      pollfd p{fd_, POLLIN, 0};
-      if (::poll(&p, 1, 100) <= 0) continue;
-      int c = ::accept(fd_, nullptr, nullptr);
-      if (c < 0) continue;
-      char buf[2048];
-      ::recv(c, buf, sizeof buf, 0);  // one small request
-      ++requests_;
-      std::string body, status = "404 Not Found";
-      if (notice_) {
-        status = "200 OK";
-        body = R"({"action":"terminate","time":"2026-11-21T23:59:00Z"})";
-      }
-      const std::string resp =
-          "HTTP/1.1 " + status +
-          "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
-          "\r\nConnection: close\r\n\r\n" + body;
-      ::send(c, resp.data(), resp.size(), MSG_NOSIGNAL);
-      ::close(c);
-    }
-  }
-  int fd_ = -1, port_ = 0;
-  std::atomic<bool> stop_{false}, notice_{false};
-  std::atomic<int> requests_{0};
-  std::thread thread_;
+  std::atomic<bool> notice_{false};
+  cloudtune::test::FakeHttpServer server_;  // last: stops before notice_ goes
 };
 
 double UnixNow() {
