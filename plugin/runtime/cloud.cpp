@@ -6,6 +6,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "estimator/core/csv.h"
 #include "plugin/runtime/http_client.h"
 
 namespace cloudtune::runtime {
@@ -13,13 +14,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
-
-std::string Trimmed(std::string s) {
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
-  size_t i = 0;
-  while (i < s.size() && std::isspace(static_cast<unsigned char>(s[i]))) ++i;
-  return s.substr(i);
-}
 
 std::string Lower(std::string s) {
   for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
@@ -30,7 +24,7 @@ std::string ReadSmallFile(const std::string& path) {
   std::ifstream f(path);
   std::string s;
   std::getline(f, s);
-  return Trimmed(s);
+  return core::csv::Trim(s);
 }
 
 // The requests of one probe share the remaining budget.
@@ -67,12 +61,12 @@ bool ProbeAws(const HttpUrl& base, const Budget& b, CloudInstance* out) {
   const HttpAnswer token = b.Ask(base, put);
   if (!token.ok || token.status != 200 || token.body.empty()) return false;
   HttpRequestSpec get;
-  get.headers = {{"X-aws-ec2-metadata-token", Trimmed(token.body)}};
+  get.headers = {{"X-aws-ec2-metadata-token", core::csv::Trim(token.body)}};
   get.target = Join(base.target, "/latest/meta-data/instance-type");
   const HttpAnswer type = b.Ask(base, get);
   if (!type.ok || type.status != 200) return false;
   out->provider = "aws";
-  out->instance_type = Trimmed(type.body);
+  out->instance_type = core::csv::Trim(type.body);
   out->source = "AWS instance metadata (IMDSv2)";
   get.target = Join(base.target, "/latest/meta-data/instance-life-cycle");
   const HttpAnswer life = b.Ask(base, get);
@@ -169,20 +163,20 @@ std::string CloudFromDmi(const std::string& dmi_dir) {
 }
 
 std::optional<core::Purchase> AwsLifeCycle(const std::string& body) {
-  const std::string v = Lower(Trimmed(body));
+  const std::string v = Lower(core::csv::Trim(body));
   if (v == "spot") return core::Purchase::kSpot;
   if (v == "on-demand" || v == "normal" || v == "scheduled") return core::Purchase::kOnDemand;
   return std::nullopt;
 }
 
 std::string GcpMachineType(const std::string& body) {
-  const std::string v = Trimmed(body);
+  const std::string v = core::csv::Trim(body);
   const auto slash = v.find_last_of('/');
   return slash == std::string::npos ? v : v.substr(slash + 1);
 }
 
 std::optional<core::Purchase> GcpScheduling(const std::string& body) {
-  const std::string v = Lower(Trimmed(body));
+  const std::string v = Lower(core::csv::Trim(body));
   if (v == "spot" || v == "true") return core::Purchase::kSpot;
   if (v == "standard" || v == "false") return core::Purchase::kOnDemand;
   return std::nullopt;

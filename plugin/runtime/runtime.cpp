@@ -230,6 +230,10 @@ TunerResult Runtime::Refit(const core::Snapshot& s, const RefitContext& c) {
   }
   Save(s, &r.recommendation);
   std::atomic_store(&efficiency_, r.efficiency);
+  std::shared_ptr<const core::ConfigKey> measuring;
+  if (r.decision.action == search::Recommendation::Action::kMeasure)
+    measuring = std::make_shared<const core::ConfigKey>(r.decision.proposed.config.Key());
+  std::atomic_store(&measuring_, measuring);
   return r;
 }
 
@@ -345,18 +349,12 @@ void Runtime::CountSpending(const core::Snapshot& p, core::Snapshot* s) {
     price = search::HourlyPrice(catalog_.types[i], std::max(1, s->current.num_nodes),
                                 s->purchase.value_or(core::Purchase::kOnDemand));
   spent_usd_ += price * dt / 3600;
-  bool exploring = false;
-  if (tuner_) {
-    if (const auto rec = tuner_->Latest();
-        rec && rec->is_object() && rec->value("action", "") == "measure") {
-      const nlohmann::json c = rec->value("proposed", nlohmann::json::object())
-                                   .value("config", nlohmann::json::object());
-      exploring = c.value("nodes", -1) == s->current.num_nodes &&
-                  c.value("replicas", -1) == s->current.num_replicas &&
-                  c.value("local_bsz", -1) == s->current.local_bsz &&
-                  c.value("accum_steps", -1) == s->current.accum_steps;
-    }
-  }
+  // O(1) here: the worker thread noted what it asked to measure.
+  const auto measuring = std::atomic_load(&measuring_);
+  const bool exploring = measuring && measuring->num_nodes == s->current.num_nodes &&
+                         measuring->num_replicas == s->current.num_replicas &&
+                         measuring->local_bsz == s->current.local_bsz &&
+                         measuring->accum_steps == s->current.accum_steps;
   if (exploring) {
     explore_usd_ += price * dt / 3600;
     explore_s_ += dt;

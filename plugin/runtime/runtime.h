@@ -189,6 +189,8 @@ class Runtime {
   std::atomic<bool> preempted_{false};  // a notice was seen (rank 0)
   std::unique_ptr<Tuner> tuner_;
   std::shared_ptr<const estimator::EfficiencyModel> efficiency_;  // atomic_* access only
+  // The configuration the last refit asked to measure (null: none); atomic_* access only.
+  std::shared_ptr<const core::ConfigKey> measuring_;
   std::unique_ptr<HttpServer> http_;
   std::unique_ptr<PreemptionWatcher> preemption_;
 
