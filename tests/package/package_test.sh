@@ -48,8 +48,11 @@ grep -qx "cloudtune_DIR:PATH=$prefix/lib/cmake/cloudtune" "$tmp/build/CMakeCache
   fail "consumer found cloudtune elsewhere: $(grep '^cloudtune_DIR' "$tmp/build/CMakeCache.txt")"
 "$cmake" --build "$tmp/build"
 exe=$tmp/build/consumer
-ldd "$exe" | grep -q "$prefix/lib/libcloudtune_plugin.so" ||
-  fail "consumer does not load the installed plugin: $(ldd "$exe" | grep cloudtune || true)"
+# (ldd's output is captured first: `ldd | grep -q` fails at random under pipefail, when grep
+# exits before ldd has written everything.)
+libs=$(ldd "$exe")
+grep -q "$prefix/lib/libcloudtune_plugin.so" <<<"$libs" ||
+  fail "consumer does not load the installed plugin: $(grep cloudtune <<<"$libs" || true)"
 
 # Run with no CLOUDTUNE_* settings at all, inherited ones included.
 clean_env=()
@@ -69,6 +72,6 @@ out=$(cd "$tmp/on" && env "${clean_env[@]}" CLOUDTUNE=1 CLOUDTUNE_SIDECAR="$tmp/
 echo "$out"
 [[ "$out" == *"init=1 enabled=1"* ]] || fail "expected the plugin on"
 [ -s "$tmp/on/sidecar.jsonl" ] || fail "no sidecar written"
-head -n 1 "$tmp/on/sidecar.jsonl" | grep -q '"kind":"start"' ||
+grep -q '"kind":"start"' <<<"$(head -n 1 "$tmp/on/sidecar.jsonl")" ||
   fail "first sidecar record is not \"start\": $(head -n 1 "$tmp/on/sidecar.jsonl")"
 echo "package_test: OK"
