@@ -22,6 +22,7 @@
 #include "estimator/core/stats.h"
 #include "examples/fashion_mnist.h"
 #include "hooks/grad_norm.h"
+#include "plugin/runtime/detail/thread.h"
 
 namespace {
 
@@ -42,6 +43,9 @@ struct Args {
 double g_scalar_allreduce = 0;   // seconds, measured by rank 0 with --world >= 2
 int64_t g_numel = 0;             // gradient floats
 double g_hook_cost[2] = {0, 0};  // seconds per step: single replica, several replicas
+// CPU seconds of the plugin's own background threads ("ct-*": tuner, sidecar, HTTP, straggler
+// gather) and of every other thread of the process, sampled just before the run ends.
+double g_plugin_cpu = 0, g_other_cpu = 0;
 
 // One replica's share of the interleaved run: returns per-block mean step times, [mode][block].
 void Replica(int rank, const Args& a, c10d::ProcessGroup* pg, const std::string& dir,
@@ -94,6 +98,12 @@ void Replica(int rank, const Args& a, c10d::ProcessGroup* pg, const std::string&
       off_blocks->push_back(run_block(&off, a.block_steps));
       on_blocks->push_back(run_block(&on, a.block_steps));
     }
+  }
+  if (rank == 0) {
+    for (const auto& t : cloudtune::runtime::detail::ProcessThreadsCpu())
+      (t.name.rfind(cloudtune::runtime::detail::kThreadPrefix, 0) == 0 ? g_plugin_cpu
+                                                                       : g_other_cpu) +=
+          t.cpu_seconds;
   }
   on.Finish();
   if (pg && rank == 0) {
@@ -173,6 +183,13 @@ void StepOverhead(const Args& a) {
                 100 * hook / m_off);
   std::printf("  paired block ratio: mean %+.2f%% +- %.2f%% (std err)\n", 100 * dm,
               100 * sd / std::sqrt(static_cast<double>(diff.size())));
+  // On a machine whose cores the training threads fill, every CPU second of the plugin's threads is
+  // taken from training: this share bounds that part of the overhead, free of step-time noise.
+  if (g_other_cpu > 0)
+    std::printf(
+        "  plugin threads' CPU: %.3f s = %.2f%% of the rest of the process (%.1f s; tuner refits,\n"
+        "  sidecar, HTTP and straggler threads)\n",
+        g_plugin_cpu, 100 * g_plugin_cpu / g_other_cpu, g_other_cpu);
 }
 
 // The hooks' own cost per step, timed in isolation on gradients of the example's size: what the

@@ -14,6 +14,8 @@
 #include <optional>
 #include <sstream>
 
+#include "plugin/runtime/detail/thread.h"
+
 namespace cloudtune::runtime {
 
 namespace asio = boost::asio;
@@ -399,6 +401,7 @@ bool HttpServer::Start(std::string* error) {
   impl_->started = true;
   impl_->Accept();
   impl_->thread = std::thread([this] {
+    detail::NameThisThread("http");
     for (;;) {
       try {
         impl_->io.run();

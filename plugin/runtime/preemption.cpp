@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "estimator/core/csv.h"
+#include "plugin/runtime/detail/thread.h"
 #include "plugin/runtime/detail/time.h"
 
 namespace cloudtune::runtime {
@@ -183,7 +184,10 @@ bool PreemptionWatcher::Start(std::string* error) {
     return false;
   }
   started_ = true;
-  thread_ = std::thread([this] { Loop(); });
+  thread_ = std::thread([this] {
+    detail::NameThisThread("preempt");
+    Loop();
+  });
   return true;
 }
 

@@ -11,6 +11,7 @@
 
 #include "estimator/core/error.h"
 #include "estimator/core/trace.h"
+#include "plugin/runtime/detail/thread.h"
 #include "plugin/runtime/http_server.h"
 #include "plugin/runtime/preemption.h"
 #include "plugin/runtime/state.h"
@@ -537,7 +538,10 @@ void Runtime::StartStraggler() {
     detector_ = std::make_unique<StragglerDetector>(so);
   }
   straggler_on_ = true;
-  strag_thread_ = std::thread([this] { StragglerLoop(); });
+  strag_thread_ = std::thread([this] {
+    detail::NameThisThread("straggler");
+    StragglerLoop();
+  });
 }
 
 void Runtime::StepTimes(long long step, double step_time, double compute_time) {

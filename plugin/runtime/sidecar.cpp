@@ -8,6 +8,8 @@
 #include <cstring>
 #include <iostream>
 
+#include "plugin/runtime/detail/thread.h"
+
 namespace cloudtune::runtime {
 
 Sidecar::~Sidecar() { Close(); }
@@ -23,7 +25,10 @@ bool Sidecar::Open(const std::string& path, std::string* error) {
   path_ = path;
   fd_ = fd;
   stop_ = false;
-  thread_ = std::thread([this] { Run(); });
+  thread_ = std::thread([this] {
+    detail::NameThisThread("sidecar");
+    Run();
+  });
   return true;
 }
 

@@ -10,6 +10,8 @@
 #include <cstdio>
 #include <sstream>
 
+#include "plugin/runtime/detail/thread.h"
+
 namespace cloudtune::runtime {
 
 namespace asio = boost::asio;
@@ -46,6 +48,7 @@ void Tuner::Start() {
   impl_->started = true;
   asio::post(impl_->io, [this] { ArmTimer(); });
   impl_->thread = std::thread([this] {
+    detail::NameThisThread("tuner");
     try {
       impl_->io.run();
     } catch (...) {  // handlers catch their own errors; this is a last resort
