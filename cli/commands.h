@@ -9,12 +9,13 @@
 
 namespace cloudtune::cli {
 
-void RegisterFitCommands(CLI::App& app);       // fit, predict           (fit_command.cpp)
-void RegisterStepsCommand(CLI::App& app);      // steps                  (steps_command.cpp)
-void RegisterRecommendCommand(CLI::App& app);  // recommend          (recommend_command.cpp)
-void RegisterReplayCommand(CLI::App& app);     // replay             (replay/replay_command.cpp)
-void RegisterReportCommand(CLI::App& app);     // report             (report_command.cpp)
-void RegisterStatusCommand(CLI::App& app);     // status             (status_command.cpp)
+void RegisterFitCommands(CLI::App& app);        // fit, predict           (fit_command.cpp)
+void RegisterStepsCommand(CLI::App& app);       // steps                  (steps_command.cpp)
+void RegisterRecommendCommand(CLI::App& app);   // recommend          (recommend_command.cpp)
+void RegisterReplayCommand(CLI::App& app);      // replay             (replay/replay_command.cpp)
+void RegisterReportCommand(CLI::App& app);      // report             (report_command.cpp)
+void RegisterStatusCommand(CLI::App& app);      // status             (status_command.cpp)
+void RegisterLaunchSpecCommand(CLI::App& app);  // launch-spec        (launch_spec_command.cpp)
 
 // `recommend --from PATH --format json --pareto`: the job's own search re-run on what the sidecar
 // or state file at `path` recorded (recommend_command.cpp). Throws cloudtune::InputError.

@@ -38,6 +38,7 @@ int main(int argc, char** argv) {
   cloudtune::cli::RegisterReplayCommand(app);
   cloudtune::cli::RegisterReportCommand(app);
   cloudtune::cli::RegisterStatusCommand(app);
+  cloudtune::cli::RegisterLaunchSpecCommand(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -3,7 +3,7 @@
 set -euo pipefail
 pkgs=(build-essential cmake ccache pkg-config python3 python3-venv python3-setuptools python3-wheel
       libtorch-dev libgloo-dev libceres-dev libeigen3-dev libboost-dev nlohmann-json3-dev
-      libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev python3-torch dataset-fashion-mnist
+      libcli11-dev libyaml-cpp-dev libsqlite3-dev libgtest-dev libgmock-dev libbenchmark-dev python3-torch dataset-fashion-mnist
       python3-matplotlib chromium clang libclang-rt-14-dev)  # clang + libFuzzer runtime: scripts/fuzz.sh
 missing=()
 for p in "${pkgs[@]}"; do
