@@ -15,6 +15,7 @@ void RegisterRecommendCommand(CLI::App& app);   // recommend          (recommend
 void RegisterReplayCommand(CLI::App& app);      // replay             (replay/replay_command.cpp)
 void RegisterReportCommand(CLI::App& app);      // report             (report_command.cpp)
 void RegisterStatusCommand(CLI::App& app);      // status             (status_command.cpp)
+void RegisterHistoryCommand(CLI::App& app);     // history            (history_command.cpp)
 void RegisterLaunchSpecCommand(CLI::App& app);  // launch-spec        (launch_spec_command.cpp)
 
 // `recommend --from PATH --format json --pareto`: the job's own search re-run on what the sidecar

@@ -39,6 +39,7 @@ int main(int argc, char** argv) {
   cloudtune::cli::RegisterReportCommand(app);
   cloudtune::cli::RegisterStatusCommand(app);
   cloudtune::cli::RegisterLaunchSpecCommand(app);
+  cloudtune::cli::RegisterHistoryCommand(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

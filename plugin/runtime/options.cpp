@@ -55,6 +55,9 @@ const std::vector<Field>& Fields() {
        "trace CSV of the only configurations the tuner may propose (empty = the whole space)"},
       {"http", &Options::http, "host:port of the HTTP endpoint (empty = off)"},
       {"state", &Options::state, "state file kept across restarts (empty = none)"},
+      {"history", &Options::history,
+       "job history database for warm starts (empty = ~/.cache/cloudtune/history.sqlite, off = "
+       "none)"},
       {"metadata_url", &Options::metadata_url,
        "instance metadata to ask: auto (on cloud VMs), off, or an http:// base URL"},
       {"preemption_url", &Options::preemption_url,

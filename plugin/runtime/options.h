@@ -67,6 +67,10 @@ struct Options {
   std::string http;
   // File holding the tuner's state across restarts ("" = none).
   std::string state;
+  // Job history database (SQLite; plugin/runtime/history.h): a job of a model seen before starts
+  // from what the newest such job measured, and each job adds itself at the end. "" = the user's
+  // cache directory ($XDG_CACHE_HOME or ~/.cache, cloudtune/history.sqlite); "off" = none.
+  std::string history;
   // Where the job asks what it runs on: "auto" = the cloud's instance metadata service
   // (169.254.169.254) when the machine's firmware says it is a cloud VM, "off" = never, or an
   // http:// base URL. Only used when instance_type is not set (CLOUDTUNE_INSTANCE_TYPE).

@@ -1,5 +1,7 @@
 #include "plugin/runtime/runtime.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -223,8 +225,10 @@ TunerResult Runtime::Decide(const core::Snapshot& s, const std::string& trigger)
 
 TunerResult Runtime::Refit(const core::Snapshot& s, const RefitContext& c) {
   TunerResult r;
+  LookUpHistory();
+  const auto warm = std::atomic_load(&warm_);
   try {
-    r = Decide(s, c.trigger);
+    r = warm ? Decide(WarmSnapshot(s, *warm), c.trigger) : Decide(s, c.trigger);
   } catch (...) {
     Save(s, nullptr);
     throw;
@@ -619,6 +623,83 @@ void Runtime::Stop(const core::Snapshot* last) {
   if (!started_ || stopped_.exchange(true)) return;
   StopThreads();
   if (leader_) SaveFinal(last);
+  if (leader_) RecordHistory(last);
+}
+
+// ---- job history ----
+
+std::string Runtime::HistoryPath() const {
+  if (opt_.history == "off") return "";
+  return opt_.history.empty() ? DefaultHistoryPath() : opt_.history;
+}
+
+void Runtime::SetModelSignature(const ModelSignature& signature) {
+  if (!leader_ || signature.empty() || std::atomic_load(&signature_)) return;
+  std::atomic_store(&signature_, std::make_shared<const ModelSignature>(signature));
+}
+
+void Runtime::LookUpHistory() {
+  const auto sig = std::atomic_load(&signature_);
+  if (history_looked_up_ || !sig) return;
+  history_looked_up_ = true;
+  const std::string path = HistoryPath();
+  if (path.empty()) return;
+  HistoryOptions ho;
+  std::string error;
+  auto h = History::Open(path, ho, &error);
+  if (!h) {
+    history_error_logged_ = true;
+    Log("cloudtune: job history not used: " + error);
+    return;
+  }
+  const auto job = h->Latest(sig->ToString());
+  if (!job) {
+    Log("cloudtune: job history: no earlier job of this model (" + sig->ToString() + ") in " +
+        path);
+    return;
+  }
+  auto prior = std::make_shared<const WarmPrior>(MakeWarmPrior(*job));
+  Log("cloudtune: warm start from job " + std::to_string(job->id) + " (" + job->job_id + ", " +
+      job->recorded_at + "): " + std::to_string(prior->configurations.size()) +
+      " configuration(s) and " + std::to_string(prior->noise_history.size()) +
+      " noise record(s) it measured");
+  std::atomic_store(&warm_, std::move(prior));
+}
+
+void Runtime::RecordHistory(const core::Snapshot* last) {
+  const auto sig = std::atomic_load(&signature_);
+  const std::string path = HistoryPath();
+  if (!sig || path.empty()) return;
+  try {
+    auto snap = last ? Convert(*last) : LatestSnapshot();
+    if (!snap || snap->profile.empty()) return;
+    HistoryOptions ho;
+    ho.busy_timeout_seconds = 2;  // at the end of the job: do not hold it up for long
+    std::string error;
+    auto h = History::Open(path, ho, &error);
+    if (!h) {
+      if (!history_error_logged_) Log("cloudtune: job history not written: " + error);
+      return;
+    }
+    HistoryJob j;
+    j.job_id =
+        setup_.launch.run_id.empty() ? "pid-" + std::to_string(::getpid()) : setup_.launch.run_id;
+    j.signature = sig->ToString();
+    j.parameters = sig->parameters;
+    j.instance_type = search_.instance_type;
+    j.objective = opt_.objective;
+    j.steps = snap->step;
+    j.progress = snap->progress;
+    j.hours = snap->elapsed_seconds / 3600;
+    j.cost_usd = snap->cost_usd;
+    j.configurations = snap->profile;
+    j.noise = snap->noise_history;
+    if (snap->noise_valid) j.last_noise = snap->noise;
+    if (auto rec = Latest(); rec && rec->contains("models")) j.models = (*rec)["models"];
+    if (h->Record(j, &error) == 0) Log("cloudtune: job history not written: " + error);
+  } catch (const std::exception& e) {
+    Log(std::string("cloudtune: job history not written: ") + e.what());
+  }
 }
 
 void Runtime::StopThreads() {

@@ -39,6 +39,7 @@
 #include "estimator/core/types.h"
 #include "plugin/runtime/cloud.h"
 #include "plugin/runtime/fit_and_search.h"
+#include "plugin/runtime/history.h"
 #include "plugin/runtime/options.h"
 #include "search/catalog.h"
 
@@ -136,6 +137,13 @@ class Runtime {
   void Stop(const core::Snapshot* last = nullptr);
   // Whether a preemption notice was seen (lock-free).
   bool ShouldCheckpoint() const;
+  // Training thread, rank 0, once (later calls are ignored): the model's signature, from the
+  // gradient shapes the hooks see. Turns the job history on (CLOUDTUNE_HISTORY): the next refit
+  // (worker thread) looks up the newest job with this signature and, when one is found, decides
+  // on this job's measurements over that job's (WarmSnapshot); Stop records this job. O(1).
+  void SetModelSignature(const ModelSignature& signature);
+  // The warm-start prior the refits use (null: none found, not looked up yet, or history off).
+  std::shared_ptr<const WarmPrior> warm_prior() const { return std::atomic_load(&warm_); }
   // The latest published recommendation (null before the first), the latest snapshot offered.
   std::shared_ptr<const nlohmann::json> Latest() const;
   std::shared_ptr<const core::Snapshot> LatestSnapshot() const;
@@ -172,6 +180,9 @@ class Runtime {
   void FindInstance();
   std::string StartLine() const;
   void CountSpending(const core::Snapshot& p, core::Snapshot* s);
+  std::string HistoryPath() const;
+  void LookUpHistory();  // worker thread, once
+  void RecordHistory(const core::Snapshot* last);
 
   RuntimeSetup setup_;
   const Options& opt_;
@@ -206,6 +217,12 @@ class Runtime {
   double win_step_ = 0, win_compute_ = 0;  // training thread
   long long win_n_ = 0;
   bool gather_error_logged_ = false;
+
+  // Job history.
+  std::shared_ptr<const ModelSignature> signature_;  // atomic_* access only
+  std::shared_ptr<const WarmPrior> warm_;            // atomic_* access only
+  bool history_looked_up_ = false;                   // worker thread
+  bool history_error_logged_ = false;
 
   // Saved state.
   std::mutex save_mu_;

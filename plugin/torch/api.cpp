@@ -130,6 +130,10 @@ void OpSetTarget(double epochs, double samples, double steps, double dataset_siz
   cloudtune::SetTarget({epochs, samples, steps, dataset_size});
 }
 void OpShutdown() { cloudtune::Shutdown(); }
+// The model's parameters (shapes only): its signature for the job history.
+void OpNoteModel(std::vector<at::Tensor> params) {
+  if (cloudtune::plugin::Plugin* p = cloudtune::plugin::Instance()) p->NoteModel(params);
+}
 
 }  // namespace
 
@@ -148,4 +152,5 @@ TORCH_LIBRARY(cloudtune, m) {
   m.def("set_target(float epochs=0, float samples=0, float steps=0, float dataset_size=0) -> ()",
         &OpSetTarget);
   m.def("shutdown() -> ()", &OpShutdown);
+  m.def("note_model(Tensor[] params) -> ()", &OpNoteModel);
 }

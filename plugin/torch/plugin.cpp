@@ -285,9 +285,24 @@ void Plugin::GradsReducedTensor(const std::vector<at::Tensor>& grads,
   GradsReduced(grads, reduced_slot.item<double>());
 }
 
+void Plugin::NoteModel(const std::vector<at::Tensor>& tensors) {
+  if (noted_model_ || tensors.empty() || !enabled()) return;
+  noted_model_ = true;
+  if (!leader_ || !runtime_) return;
+  try {
+    std::vector<std::vector<int64_t>> shapes;
+    shapes.reserve(tensors.size());
+    for (const auto& t : tensors) shapes.push_back(t.sizes().vec());
+    runtime_->SetModelSignature(runtime::MakeSignature(shapes));
+  } catch (const std::exception& e) {
+    Fail("model_signature", e.what());
+  }
+}
+
 double Plugin::GradsLocal(const std::vector<at::Tensor>& grads) {
   if (!enabled()) return 0;
   try {
+    if (!noted_model_) NoteModel(grads);
     local_sum_ += hooks::SquaredNorm(grads);
     ++micro_seen_;
     return local_sum_;

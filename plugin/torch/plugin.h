@@ -73,6 +73,10 @@ class Plugin {
   void StepEnd(int64_t local_bsz, int64_t micro_steps = 1);
   // What counts as finished (from the training loop; overrides CLOUDTUNE_TARGET_*).
   void SetTarget(const runtime::Target& target);
+  // The model's trainable tensors (or its gradients), once: their shapes are the model's signature
+  // for the job history (runtime::ModelSignature). GradsLocal calls it with the first non-empty
+  // gradients; the Python path calls it from attach() with the parameters. Later calls are no-ops.
+  void NoteModel(const std::vector<at::Tensor>& tensors);
   // Whether the job should checkpoint now: a spot preemption notice was seen.
   bool ShouldCheckpoint() const;
   // Writes the "end" record and the final profile, stops the writer. Idempotent.
@@ -117,7 +121,8 @@ class Plugin {
   std::string store_error_;  // why the job's store could not be reached
   JobInfo job_;
   std::atomic<bool> enabled_{false};
-  bool leader_ = false;  // rank 0: measures, writes
+  bool leader_ = false;       // rank 0: measures, writes
+  bool noted_model_ = false;  // NoteModel ran
   std::atomic<bool> finished_{false};
   runtime::Sidecar sidecar_;
   hooks::StepTimer timer_;

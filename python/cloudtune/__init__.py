@@ -242,5 +242,7 @@ def attach(model, optimizer, library=None, local_bsz=0, micro_steps=0):
         return Tuner(model, optimizer, None, local_bsz, micro_steps)
     ops.init(rank, world, int(local_bsz or 0), int(micro_steps or 1), 0)
     tuner = Tuner(model, optimizer, ops, local_bsz, micro_steps)
+    # The parameters' shapes identify the model in the job history (warm start).
+    ops.note_model([p.detach() for p in model.parameters() if p.requires_grad])
     atexit.register(shutdown)
     return tuner
