@@ -10,6 +10,21 @@ Everything after `--` goes to the training script (default examples/train_fashio
 understands --batch, --checkpoint and --stop-file). The loop ends when the job finishes its
 epochs (the checkpoint says `finished`), fails (after torchrun's own --max-restarts), or after
 --max-segments restarts.
+
+--elastic MAX runs the job the way a cluster runs it under torch elastic instead: one torchrun
+agent per "node" (one worker each; --nnodes=1:MAX, c10d rendezvous on 127.0.0.1, the first agent
+hosts the rendezvous store). A recommendation or a revocation notice is applied as a transition
+whose every stage is appended to the sidecar as a `transition` record:
+  plan         the new worker count and local batch are written to plan.json (the script reads it
+               at every (re)start; its learning rate follows the global batch)
+  checkpoint   the job is asked to checkpoint (a request file it removes once saved) and goes on
+  scale        agents are added (scale up: the others see a node waiting and restart their workers
+               into a larger round) or the newest is stopped (scale down, or the node a revocation
+               takes: the others' workers fail, and their agents restart them into a smaller
+               round); a batch-only change replaces the newest agent
+  resumed      the job's next `start` record shows the new world size (it resumed from the
+               checkpoint, with the tuner's saved state)
+    /usr/bin/python3 examples/launcher.py --elastic 3 --nproc 2 -- --epochs 1
 """
 
 import argparse
@@ -98,13 +113,184 @@ def cli_recommendation(a, env, recs, nproc, batch, base_samples):
     return {"kind": "recommendation", "step": m["step"], "source": "cloudtune recommend", **doc}
 
 
+def append_record(path, kind, **fields):
+    """Appends one sidecar record (cloudtune.sidecar/1) with a single write on an O_APPEND
+    descriptor: Linux appends each write whole, so the job's own records and these never mix."""
+    rec = {"schema": "cloudtune.sidecar/1", "time": time.time(), "kind": kind, **fields}
+    line = (json.dumps(rec, separators=(",", ":")) + "\n").encode()
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line)
+    finally:
+        os.close(fd)
+    print(f"launcher: {kind} {fields}", flush=True)
+
+
+def write_json_atomically(path, doc):
+    tmp = f"{path}.tmp.{os.getpid()}"
+    with open(tmp, "w") as f:
+        json.dump(doc, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+class Elastic:
+    """A torch elastic job of single-worker agents on this machine (see the module comment)."""
+
+    def __init__(self, a, env, work, train_args):
+        self.a, self.env, self.work = a, env, work
+        self.port = free_port()
+        self.run_id = f"cloudtune-elastic-{os.getpid()}"
+        self.plan = work / "plan.json"
+        self.request = work / "CHECKPOINT"
+        self.ckpt = work / "checkpoint.pt"
+        self.sidecar = pathlib.Path(env["CLOUDTUNE_SIDECAR"])
+        self.train_args = train_args
+        self.agents = []  # Popen, oldest first; agents[0] hosts the rendezvous store
+
+    def start_agent(self):
+        host = not self.agents
+        cmd = [sys.executable, str(HERE.parent / "python/cloudtune/torchrun.py"),
+               "--nnodes", f"1:{self.a.elastic}", "--nproc_per_node", "1",
+               "--max_restarts", str(self.a.max_restarts), "--rdzv_backend", "c10d",
+               "--rdzv_endpoint", f"127.0.0.1:{self.port}", "--rdzv_id", self.run_id,
+               "--rdzv_conf", f"is_host={1 if host else 0},last_call_timeout=3,join_timeout=120",
+               "--monitor_interval", "1", self.a.script, "--plan", str(self.plan),
+               "--checkpoint", str(self.ckpt), "--checkpoint-request", str(self.request),
+               "--on-notice", "checkpoint", "--sigterm", "exit", *self.train_args]
+        if host:
+            print("launcher: $ " + " ".join(cmd), flush=True)
+        self.agents.append(subprocess.Popen(cmd, env=self.env, start_new_session=True))
+        if host:
+            time.sleep(1)  # let the host agent bind the rendezvous store first
+
+    def stop_newest(self):
+        import signal
+        agent = self.agents.pop()
+        try:
+            os.killpg(agent.pid, signal.SIGTERM)  # the agent and its worker
+        except ProcessLookupError:
+            pass
+        try:
+            agent.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(agent.pid, signal.SIGKILL)
+            agent.wait()
+
+    def wait_checkpoint(self, timeout=180):
+        self.request.touch()
+        end = time.time() + timeout
+        while self.request.exists() and time.time() < end:
+            if all(p.poll() is not None for p in self.agents):
+                return False
+            time.sleep(0.5)
+        return not self.request.exists()
+
+    def wait_start(self, offset, world, timeout=300):
+        """The job's first `start` record after byte `offset` with `world` workers."""
+        end = time.time() + timeout
+        while time.time() < end:
+            for r in read_records(self.sidecar, offset):
+                if r.get("kind") == "start" and r.get("world_size") == world:
+                    return r
+            if all(p.poll() is not None for p in self.agents):
+                return None
+            time.sleep(0.5)
+        return None
+
+    def transition(self, cur, want, reason, step):
+        (n, b), (w, nb) = cur, want
+        frm, to = {"workers": n, "batch": b}, {"workers": w, "batch": nb}
+        sc = str(self.sidecar)
+        write_json_atomically(self.plan, {"batch": nb, "workers": w, "reason": reason})
+        append_record(sc, "transition", stage="plan", step=step, reason=reason, **{"from": frm},
+                      to=to)
+        ok = self.wait_checkpoint()
+        state = checkpoint_state(str(self.ckpt))
+        append_record(sc, "transition", stage="checkpoint", step=state.get("step", step),
+                      reason=reason, saved=ok, **{"from": frm}, to=to)
+        offset = self.sidecar.stat().st_size if self.sidecar.exists() else 0
+        if w > n:
+            for _ in range(w - n):
+                self.start_agent()
+        elif w < n:
+            for _ in range(n - w):
+                self.stop_newest()
+        else:  # same workers, another batch: a membership change makes the job restart
+            self.stop_newest()
+            self.start_agent()
+        append_record(sc, "transition", stage="scale", step=state.get("step", step),
+                      reason=reason, agents=len(self.agents), **{"from": frm}, to=to)
+        started = self.wait_start(offset, w)
+        resumed = checkpoint_state(str(self.ckpt)).get("step")
+        append_record(sc, "transition", stage="resumed" if started else "failed",
+                      step=resumed, reason=reason, **{"from": frm}, to=to,
+                      restart_count=(started or {}).get("restart_count"))
+        return started is not None
+
+    def run(self):
+        a = self.a
+        n, batch = max(1, min(a.nproc, a.elastic)), a.batch
+        write_json_atomically(self.plan, {"batch": batch, "workers": n, "reason": "start"})
+        for _ in range(n):
+            self.start_agent()
+        recs_path = pathlib.Path(a.recommendations) if a.recommendations else self.sidecar
+        seen = {"job": 0, "recs": 0}
+        last_change = time.time()
+        while self.agents and any(p.poll() is None for p in self.agents):
+            time.sleep(a.poll)
+            job_recs = read_records(self.sidecar)
+            new = job_recs[seen["job"]:]
+            seen["job"] = len(job_recs)
+            if recs_path != self.sidecar:  # recommendations come from there, not from the job
+                new = [r for r in new if r.get("kind") != "recommendation"]
+                extra = read_records(recs_path)
+                new += extra[seen["recs"]:]
+                seen["recs"] = len(extra)
+            want, reason, step = None, None, None
+            for rec in new:
+                if rec.get("kind") == "preemption" and len(self.agents) > 1:
+                    # The cloud takes one node: the job re-planned for the rest (its record's
+                    # proposal, when it has one, gives the batch).
+                    p = proposal({"kind": "recommendation", **(rec.get("recommendation") or {})})
+                    nb = p[2] if p else batch
+                    want, reason, step = (len(self.agents) - 1, nb), "revocation", rec.get("step")
+                    break
+                if rec.get("kind") != "recommendation":
+                    continue
+                p = proposal(rec)
+                if p is None or p[0] == "keep":
+                    continue
+                cand = (max(1, min(p[1], a.elastic)), max(a.min_batch, min(p[2], a.max_batch)))
+                if cand != (n, batch):
+                    want, reason, step = cand, "recommendation", rec.get("step")
+            if want is None:
+                continue
+            if reason != "revocation" and time.time() - last_change < a.min_segment_seconds:
+                continue
+            print(f"launcher: {reason} at step {step}: {n} worker(s) x {batch} -> "
+                  f"{want[0]} x {want[1]}", flush=True)
+            if not self.transition((n, batch), want, reason, step):
+                print("launcher: the job did not come back after the transition", flush=True)
+                break
+            n, batch = want
+            last_change = time.time()
+        rcs = [p.wait() for p in self.agents]
+        rc = next((r for r in rcs if r != 0), 0)
+        state = checkpoint_state(str(self.ckpt))
+        print(f"launcher: elastic job exited {rc}; checkpoint {state}", flush=True)
+        return rc if rc != 0 or state.get("finished") else 1
+
+
 def checkpoint_state(path):
     if not os.path.exists(path):
         return {}
     try:
         import torch  # only for reading the checkpoint's small header fields
         ck = torch.load(path, map_location="cpu")
-        return {k: ck[k] for k in ("step", "samples", "world", "batch", "finished") if k in ck}
+        return {k: ck[k] for k in ("step", "samples", "world", "batch", "lr", "finished")
+                if k in ck}
     except Exception as e:  # a corrupt checkpoint: report, let the job decide
         print(f"launcher: cannot read checkpoint {path}: {e}", flush=True)
         return {}
@@ -137,6 +323,13 @@ def main():
     ap.add_argument("--target-epochs", type=float, default=1,
                     help="the job's target, for --recommend-cli's progress (epochs)")
     ap.add_argument("--dataset-size", type=int, default=60000, help="samples per epoch")
+    ap.add_argument("--elastic", type=int, default=0, metavar="MAX",
+                    help="run under torch elastic with 1..MAX single-worker agents and apply "
+                    "recommendations by scaling them (see the module comment); 0 = restart mode")
+    ap.add_argument("--recommendations", default="",
+                    help="--elastic: follow the recommendation records of this JSON Lines file "
+                    "(another controller's, or a test's) instead of the job's own; revocation "
+                    "notices still come from the job's sidecar")
     ap.add_argument("train_args", nargs=argparse.REMAINDER,
                     help="-- then the training script's own flags")
     a = ap.parse_args()
@@ -156,6 +349,11 @@ def main():
     env.setdefault("CLOUDTUNE_STATE", str(work / "cloudtune.state.json"))
     env.setdefault("CLOUDTUNE_INSTANCE_TYPE", a.instance_type)
     sidecar = pathlib.Path(env["CLOUDTUNE_SIDECAR"])
+
+    if a.elastic:
+        if a.elastic < 1:
+            ap.error("--elastic must be >= 1")
+        return Elastic(a, env, work, train_args).run()
 
     nproc, batch = min(a.nproc, a.max_procs), a.batch
     for segment in range(1, a.max_segments + 1):

@@ -106,7 +106,27 @@ def main():
                     help="when this file appears: checkpoint and exit 0 (the launcher's signal)")
     ap.add_argument("--check-every", type=int, default=20,
                     help="steps between the (collective) stop / should_checkpoint checks")
+    ap.add_argument("--plan", default="",
+                    help="JSON file an elastic launcher writes ({\"batch\": B}): read at every "
+                    "(re)start, it overrides --batch; the learning rate follows the global batch "
+                    "(linear scaling from the first run's)")
+    ap.add_argument("--checkpoint-request", default="",
+                    help="when this file appears: checkpoint, remove it and go on training")
+    ap.add_argument("--sigterm", choices=["checkpoint", "exit"], default="checkpoint",
+                    help="on SIGTERM: agree a stop with the other ranks, checkpoint and exit 0; or "
+                    "exit at once (under torch elastic, whose agent sends SIGTERM to restart its "
+                    "workers into a new round: an exit 0 would end the job)")
+    ap.add_argument("--on-notice", choices=["stop", "checkpoint"], default="stop",
+                    help="on a spot revocation notice: checkpoint and exit (stop), or checkpoint "
+                    "once and go on until the launcher morphs the job (checkpoint)")
     a = ap.parse_args()
+    if a.plan and os.path.exists(a.plan):
+        import json
+        with open(a.plan) as f:
+            plan = json.load(f)
+        if not isinstance(plan.get("batch"), int) or plan["batch"] < 1:
+            ap.error(f"{a.plan}: 'batch' must be a positive integer, not {plan.get('batch')!r}")
+        a.batch = plan["batch"]
     if a.batch < 1 or a.epochs <= 0 or a.lr <= 0 or a.log_every < 1 or a.check_every < 1:
         ap.error("--batch, --epochs, --lr, --log-every, --check-every must be positive")
 
@@ -119,7 +139,8 @@ def main():
             print(msg, flush=True)
 
     stop = {"signal": False}
-    signal.signal(signal.SIGTERM, lambda *_: stop.__setitem__("signal", True))
+    if a.sigterm == "checkpoint":
+        signal.signal(signal.SIGTERM, lambda *_: stop.__setitem__("signal", True))
 
     x_train, y_train = load(a.data, "train")
     x_test, y_test = load(a.data, "test")
@@ -131,20 +152,29 @@ def main():
     optimizer = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=0.9)
 
     samples, step = 0, 0  # global samples consumed and optimizer steps, over all runs
+    base_global = world * a.batch  # the global batch --lr is meant for (the first run's)
     if a.checkpoint and os.path.exists(a.checkpoint):
         ck = torch.load(a.checkpoint, map_location="cpu")
         net.load_state_dict(ck["model"])
         optimizer.load_state_dict(ck["optimizer"])
         samples, step = int(ck["samples"]), int(ck["step"])
+        base_global = int(ck.get("base_global_batch", base_global))
         log(f"resumed from {a.checkpoint}: step {step}, epoch {samples / n:.3f} "
             f"(saved by {ck.get('world', '?')} worker(s) at local batch {ck.get('batch', '?')})")
+    # Linear scaling rule: the learning rate follows the global batch (Goyal et al. 2017).
+    lr = a.lr * world * a.batch / base_global
+    for group in optimizer.param_groups:
+        group["lr"] = lr
 
     tuner = cloudtune.attach(model, optimizer, local_bsz=a.batch)  # [cloudtune]
-    log(f"train_fashion_mnist.py: {world} worker(s), local batch {a.batch}, {n} training samples, "
-        f"tuner {'on' if tuner.active else 'off'}")
+    log(f"train_fashion_mnist.py: {world} worker(s), local batch {a.batch}, lr {lr:g}, "
+        f"{n} training samples, tuner {'on' if tuner.active else 'off'}")
 
     def state():
-        return {"samples": samples, "step": step, "world": world, "batch": a.batch}
+        return {"samples": samples, "step": step, "world": world, "batch": a.batch, "lr": lr,
+                "base_global_batch": base_global}
+
+    noticed = False  # --on-notice checkpoint: the notice was acted on
 
     t0 = time.time()
     target = int(a.epochs * n)
@@ -181,16 +211,28 @@ def main():
         if a.steps and run_steps >= a.steps:
             break
         if run_steps % a.check_every == 0:
-            # All ranks must leave at the same step: agree with one tiny all-reduce (MAX).
-            want = stop["signal"] or cloudtune.should_checkpoint() or (
+            # All ranks must act at the same step: agree with one tiny all-reduce (MAX) of
+            # [leave, checkpoint and go on].
+            notice = cloudtune.should_checkpoint()
+            leave = stop["signal"] or (notice and a.on_notice == "stop") or (
                 bool(a.stop_file) and os.path.exists(a.stop_file))
-            flag = torch.tensor([1.0 if want else 0.0])
+            keep = (notice and a.on_notice == "checkpoint" and not noticed) or (
+                bool(a.checkpoint_request) and os.path.exists(a.checkpoint_request))
+            flag = torch.tensor([1.0 if leave else 0.0, 1.0 if keep else 0.0])
             dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-            tuner.step_begin()
-            if flag.item() > 0:
+            if flag[0].item() > 0:
                 log(f"stop requested at step {step}: checkpointing and leaving")
                 stopped = True
                 break
+            if flag[1].item() > 0:
+                noticed = noticed or notice
+                if a.checkpoint and rank == 0:
+                    save_checkpoint(a.checkpoint, model, optimizer, state())
+                    log(f"checkpoint {a.checkpoint}: step {step} (requested)")
+                    if a.checkpoint_request and os.path.exists(a.checkpoint_request):
+                        os.remove(a.checkpoint_request)
+                dist.barrier()  # the others wait for the save: nobody runs ahead of it
+            tuner.step_begin()
 
     finished = samples + global_batch > target
     if a.checkpoint and rank == 0:

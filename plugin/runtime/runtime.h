@@ -124,6 +124,8 @@ class Runtime {
   const std::string& instance_type() const { return search_.instance_type; }
   core::Purchase purchase() const { return search_.purchase; }
   bool prices_known() const { return !pseudo_type_; }
+  // Whether Start restored the tuner's saved state (CLOUDTUNE_STATE) on this rank.
+  bool restored() const { return restored_; }
   // What counts as finished, from the training loop (overrides the options' target). Any thread.
   void SetTarget(const Target& target);
   // Training thread, rank 0, once per measurement interval: what the plugin measured (its step,

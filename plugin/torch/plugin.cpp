@@ -101,8 +101,11 @@ bool Plugin::Agree(runtime::KeyValueStore* store, bool local_ok) {
           "); each rank decides alone");
     return local_ok;
   }
+  // Unique to this rendezvous round and the same on every rank of it: torch elastic picks a new
+  // MASTER_PORT per round, while the restart count differs between an agent that restarted and
+  // one that just joined (an elastic scale-up).
   const std::string prefix =
-      "cloudtune/on/" + launch_.run_id + "/" + std::to_string(launch_.restart_count) + "/";
+      "cloudtune/on/" + launch_.run_id + "/" + std::to_string(launch_.master_port) + "/";
   std::string why;
   const bool on = runtime::AgreeAcrossRanks(*store, prefix, job_.world_size, local_ok,
                                             opt_.agree_timeout_seconds, &why);
@@ -121,6 +124,7 @@ void Plugin::WriteStartRecord() {
                           {"gpus_per_node", std::max(1, job_.world_size / job_.num_nodes)},
                           {"rank", job_.rank},
                           {"pid", static_cast<int64_t>(::getpid())},
+                          {"restart_count", launch_.restart_count},
                           {"options", options}};
   if (runtime_) {
     const runtime::CloudInstance& in = runtime_->instance();
@@ -130,6 +134,7 @@ void Plugin::WriteStartRecord() {
                          {"provider", in.provider},
                          {"source", in.source},
                          {"note", in.note}};
+    start["restored_state"] = runtime_->restored();
   }
   if (job_.local_bsz > 0) start["config"] = ConfigJson(KeyFor(job_.local_bsz, job_.micro_steps));
   sidecar_.Write("start", 0, start);
