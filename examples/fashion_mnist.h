@@ -9,6 +9,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <limits>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -106,7 +107,7 @@ struct FlatGrads {
 inline double TrainStep(Net& net, torch::optim::Optimizer& opt, FlatGrads& fg, torch::Tensor& accum,
                         c10d::ProcessGroup* pg, int world_size,
                         const std::vector<std::pair<torch::Tensor, torch::Tensor>>& micro,
-                        plugin::Plugin* ct, int slow_ms = 0) {
+                        plugin::Plugin* ct, int slow_ms = 0, bool poison = false) {
   ct->StepBegin();  // [cloudtune]
   double loss_sum = 0, slot = 0;
   const bool accumulate = micro.size() > 1;
@@ -122,6 +123,8 @@ inline double TrainStep(Net& net, torch::optim::Optimizer& opt, FlatGrads& fg, t
     slot = ct->GradsLocal({fg.body()});  // [cloudtune] this micro-step's gradients
     if (accumulate) accum.add_(fg.body());
   }
+  // Non-finite gradients on this rank (--nan-rank/--nan-steps: what an fp16 overflow gives).
+  if (poison) fg.body()[0] = std::numeric_limits<float>::quiet_NaN();
   // An artificially slow worker (--slow-ms): extra compute time before the all-reduce.
   if (slow_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(slow_ms));
   if (accumulate) fg.body().copy_(accum).div_(static_cast<double>(micro.size()));
@@ -134,6 +137,12 @@ inline double TrainStep(Net& net, torch::optim::Optimizer& opt, FlatGrads& fg, t
     fg.flat.div_(world_size);
   }
   ct->GradsReduced({fg.body()}, fg.flat[fg.numel].item<double>());  // [cloudtune]
+  // A step whose averaged gradient is not finite is skipped, as a loss scaler skips it (every rank
+  // sees the same all-reduced values, so all skip together).
+  if (!fg.body().isfinite().all().item<bool>()) {
+    ct->StepEnd(micro.front().first.size(0), static_cast<int64_t>(micro.size()));  // [cloudtune]
+    return loss_sum / static_cast<double>(micro.size());
+  }
   opt.step();
   ct->StepEnd(micro.front().first.size(0), static_cast<int64_t>(micro.size()));  // [cloudtune]
   return loss_sum / static_cast<double>(micro.size());

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <iostream>
@@ -39,6 +40,8 @@ struct Flags {
   std::string cache;
   int slow_rank = -1;  // this rank sleeps slow_ms per step (straggler demonstration)
   int slow_ms = 0;
+  int nan_rank = -1;  // this rank's gradients are NaN at the steps nan_steps lists
+  std::vector<int64_t> nan_steps;
   cloudtune::examples::AdaptiveFlags adaptive;  // --adaptive-batch, --validation-csv, ...
 };
 
@@ -208,8 +211,9 @@ int Worker(const Flags& f) {
         auto idx = perm.narrow(0, s * per_step + a * f.batch, f.batch);
         micro.emplace_back(x_train.index_select(0, idx), y_train.index_select(0, idx));
       }
-      loss_window += TrainStep(net, opt, fg, accum, pg.get(), world, micro, ct,
-                               rank == f.slow_rank ? f.slow_ms : 0);
+      loss_window += TrainStep(
+          net, opt, fg, accum, pg.get(), world, micro, ct, rank == f.slow_rank ? f.slow_ms : 0,
+          rank == f.nan_rank && std::count(f.nan_steps.begin(), f.nan_steps.end(), step + 1) > 0);
       ++window;
       ++step;
       if (step % f.log_every == 0) {
@@ -280,6 +284,11 @@ int main(int argc, char** argv) {
                  "where to decompress them (default $TMPDIR/cloudtune-fashion-mnist)");
   app.add_option("--slow-rank", f.slow_rank, "make this rank a straggler (with --slow-ms)");
   app.add_option("--slow-ms", f.slow_ms, "milliseconds the --slow-rank worker sleeps per step");
+  app.add_option("--nan-rank", f.nan_rank,
+                 "this rank's gradients are NaN at the --nan-steps (the step is skipped, as a loss "
+                 "scaler skips it)");
+  app.add_option("--nan-steps", f.nan_steps, "optimizer steps (1-based) with NaN gradients")
+      ->delimiter(',');
   cloudtune::examples::AddAdaptiveFlags(app, &f.adaptive);
   CLI11_PARSE(app, argc, argv);
   if (!cloudtune::examples::PrepareAdaptive(f.adaptive)) return 2;

@@ -196,12 +196,24 @@ bool AzureCompute(const std::string& body, std::string* vm_size,
   return !vm_size->empty();
 }
 
+// Instance type names are short words of letters, digits, '.', '_' and '-' (m5.xlarge,
+// n1-standard-8, Standard_NC4as_T4_v3); anything else is not an answer to the question.
+bool PlausibleTypeName(const std::string& s) {
+  if (s.empty() || s.size() > 64) return false;
+  for (unsigned char c : s)
+    if (!std::isalnum(c) && c != '.' && c != '_' && c != '-') return false;
+  return true;
+}
+
 CloudInstance DetectCloudInstance(const CloudDetectOptions& o, const search::Catalog& catalog) {
   CloudInstance out;
   std::string why;
   if (AskMetadata(o, &why, &out)) {
     if (catalog.Find(out.instance_type) >= 0) return out;
-    out.note = out.source + " says '" + out.instance_type + "', which is not in the catalog";
+    out.note = PlausibleTypeName(out.instance_type)
+                   ? out.source + " says '" + out.instance_type + "', which is not in the catalog"
+                   : out.source + " answered " + std::to_string(out.instance_type.size()) +
+                         " byte(s) that are not an instance type name";
     out.instance_type.clear();
   } else {
     out.note = why;

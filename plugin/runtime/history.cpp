@@ -199,8 +199,12 @@ std::unique_ptr<History> History::Open(const std::string& path, const HistoryOpt
   int tables = -1;
   {
     Stmt s(db, "SELECT count(*) FROM sqlite_master WHERE type = 'table'");
-    if (!s.ok() || s.Step() != SQLITE_ROW)
-      return fail(std::string("not a cloudtune history database (") + sqlite3_errmsg(db) + ")");
+    if (!s.ok() || s.Step() != SQLITE_ROW) {
+      const int code = sqlite3_errcode(db);
+      if (code == SQLITE_NOTADB || code == SQLITE_CORRUPT)
+        return fail(std::string("not a cloudtune history database (") + sqlite3_errmsg(db) + ")");
+      return fail(std::string("cannot read: ") + sqlite3_errmsg(db));
+    }
     tables = static_cast<int>(s.Int(0));
   }
   if (tables > 0) {

@@ -391,8 +391,9 @@ bool HttpServer::Start(std::string* error) {
     if (!ec) impl_->acceptor.bind(ep, ec);
     if (!ec) impl_->acceptor.listen(asio::socket_base::max_listen_connections, ec);
     if (ec) {
+      const std::string why_not = ec.message();  // before close() overwrites ec
       impl_->acceptor.close(ec);
-      return fail("cannot listen on " + where + ": " + ec.message());
+      return fail("cannot listen on " + where + ": " + why_not);
     }
     bound_port_ = impl_->acceptor.local_endpoint().port();
   } catch (const std::exception& e) {

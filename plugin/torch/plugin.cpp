@@ -151,7 +151,8 @@ void Plugin::StartRuntime(std::shared_ptr<runtime::KeyValueStore> store) {
     rs.world_size = job_.world_size;
     rs.num_nodes = job_.num_nodes;
     rs.launch = launch_;
-    rs.detect_instance = !core::GetEnv("CLOUDTUNE_INSTANCE_TYPE").has_value();
+    // "local" (the default, or said explicitly) = find where the job runs.
+    rs.detect_instance = opt_.instance_type == "local";
     rs.gpu_name = GpuName();
     runtime::Sidecar* sidecar = &sidecar_;
     rs.record = [sidecar](const std::string& kind, long long step, const nlohmann::json& rec) {

@@ -231,6 +231,8 @@ TEST(HttpServer, BindFailureIsReported) {
   EXPECT_FALSE(b.Start(&err));
   EXPECT_NE(err.find("cannot listen on 127.0.0.1:" + std::to_string(o.port)), std::string::npos)
       << err;
+  EXPECT_EQ(err.find("Success"), std::string::npos) << err;  // the bind error, not close()'s
+  EXPECT_NE(err.find("in use"), std::string::npos) << err;
   HttpOptions bad;
   bad.host = "not-an-ip";
   HttpServer c(bad, {});
