@@ -116,10 +116,18 @@ def main():
                     help="on SIGTERM: agree a stop with the other ranks, checkpoint and exit 0; or "
                     "exit at once (under torch elastic, whose agent sends SIGTERM to restart its "
                     "workers into a new round: an exit 0 would end the job)")
+    ap.add_argument("--nan-rank", type=int, default=-1,
+                    help="this rank's gradients are NaN at the --nan-steps (what an fp16 overflow "
+                    "gives); every rank then skips the step, as a loss scaler does")
+    ap.add_argument("--nan-steps", default="", help="comma-separated optimizer steps (1-based)")
     ap.add_argument("--on-notice", choices=["stop", "checkpoint"], default="stop",
                     help="on a spot revocation notice: checkpoint and exit (stop), or checkpoint "
                     "once and go on until the launcher morphs the job (checkpoint)")
     a = ap.parse_args()
+    try:
+        nan_steps = {int(v) for v in a.nan_steps.split(",") if v.strip()}
+    except ValueError:
+        ap.error(f"--nan-steps: {a.nan_steps!r} is not a comma-separated list of steps")
     if a.plan and os.path.exists(a.plan):
         import json
         with open(a.plan) as f:
@@ -192,8 +200,12 @@ def main():
         idx = perm[torch.arange(start, start + a.batch) % n]
         x, y = x_train[idx], y_train[idx]
         loss = F.nll_loss(model(x), y)
-        loss.backward()
-        optimizer.step()  # cloudtune times the step and folds in the gradient noise
+        poisoned = rank == a.nan_rank and step + 1 in nan_steps
+        (loss * float("nan") if poisoned else loss).backward()
+        if all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None):
+            optimizer.step()  # cloudtune times the step and folds in the gradient noise
+        else:  # the all-reduced gradient is not finite on any rank: every rank skips the step
+            tuner.skipped_step()  # [cloudtune] the step happened, without an update
         optimizer.zero_grad(set_to_none=True)
         samples += global_batch
         step += 1

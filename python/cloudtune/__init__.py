@@ -119,6 +119,14 @@ class Tuner:
         self._fixed_bsz = int(local_bsz)
         self._fixed_micro = int(micro_steps)
 
+    def skipped_step(self):
+        """The training loop skipped optimizer.step() (non-finite gradients, as a loss scaler does):
+        the step's gradients and time are handed over as a step would hand them (the plugin skips
+        non-finite gradients and counts them), so the next step starts clean."""
+        if self.active:
+            self._before_step()
+            self._after_step()
+
     def step_begin(self):
         """Restarts the step clock (e.g. after evaluation or checkpointing between steps)."""
         if self.active:
