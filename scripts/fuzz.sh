@@ -13,7 +13,8 @@ secs="${1:-60}"
 shift || true
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
-  targets=(trace_fuzz validation_trace_fuzz catalog_fuzz scenario_fuzz state_fuzz http_request_fuzz)
+  targets=(trace_fuzz validation_trace_fuzz catalog_fuzz scenario_fuzz state_fuzz http_request_fuzz
+           launch_spec_fuzz)
   [ -f cli/sidecar_reader.cpp ] && targets+=(sidecar_fuzz)
 fi
 build="${CLOUDTUNE_FUZZ_BUILD_DIR:-build-fuzz}"
