@@ -13,6 +13,9 @@ nlohmann::json ParseJson(const std::string& text, const std::string& source) {
   } catch (const nlohmann::json::parse_error& e) {
     throw InputError(source + ": not valid JSON (corrupt or truncated at byte " +
                      std::to_string(e.byte) + "): " + e.what());
+  } catch (const nlohmann::json::exception& e) {
+    // The grammar holds but a value does not fit (a number beyond double's range: 8e888...).
+    throw InputError(source + ": not valid JSON: " + e.what());
   }
 }
 

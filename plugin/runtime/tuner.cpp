@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <future>
 #include <sstream>
 
 #include "plugin/runtime/detail/thread.h"
@@ -28,6 +29,10 @@ struct Tuner::Impl {
 bool TunerOptions::IsValid(std::string* error) const {
   if (!(refit_seconds > 0) || !std::isfinite(refit_seconds)) {
     if (error) *error = "tuner refit_seconds must be a finite number > 0";
+    return false;
+  }
+  if (!(final_refit_seconds >= 0) || !std::isfinite(final_refit_seconds)) {
+    if (error) *error = "tuner final_refit_seconds must be a finite number >= 0";
     return false;
   }
   return true;
@@ -58,7 +63,20 @@ void Tuner::Start() {
 
 void Tuner::Stop() {
   std::lock_guard<std::mutex> lock(impl_->start_stop);
-  if (stopped_.exchange(true)) return;
+  if (stopped_) return;
+  if (impl_->started && options_.final_refit_seconds > 0 && published_.load() == 0 &&
+      std::atomic_load(&slot_)) {
+    // Runs after whatever the worker has queued; the worker stays up until it is done (or the
+    // wait gives up, and the stop below drops it).
+    auto done = std::make_shared<std::promise<void>>();
+    std::future<void> finished = done->get_future();
+    asio::post(impl_->io, [this, done] {
+      if (published_.load() == 0) Refit("end");
+      done->set_value();
+    });
+    finished.wait_for(std::chrono::duration<double>(options_.final_refit_seconds));
+  }
+  stopped_ = true;
   impl_->work.reset();
   impl_->io.stop();
   if (impl_->thread.joinable()) impl_->thread.join();

@@ -39,6 +39,10 @@ struct TunerOptions {
   // Until the first recommendation is published, refit at every snapshot (so a job gets its first
   // recommendation as soon as the data allows, not a timer period later).
   bool refit_until_published = false;
+  // At Stop, when nothing was published yet and a snapshot exists, refit once more ("end") and wait
+  // for it at most this many seconds, so that a short job still leaves a recommendation. 0 = never.
+  // >= 0.
+  double final_refit_seconds = 5;
   bool IsValid(std::string* error) const;
 };
 

@@ -106,6 +106,10 @@ TEST(Tuner, DefaultOptionsAreValid) {
   EXPECT_NE(err.find("refit_seconds"), std::string::npos);
   o.refit_seconds = std::nan("");
   EXPECT_FALSE(o.IsValid(&err));
+  o = {};
+  o.final_refit_seconds = -1;
+  EXPECT_FALSE(o.IsValid(&err));
+  EXPECT_NE(err.find("final_refit_seconds"), std::string::npos);
 }
 
 TEST(Tuner, PublishesPeriodicallyButSinksOnlyOnChange) {
@@ -246,6 +250,27 @@ TEST(Tuner, FitErrorsNeverEscapeAndAreLoggedOnce) {
   t3.Offer(MakeSnapshot(1, 1));
   ASSERT_TRUE(WaitFor([&] { return t3.Stats().published >= 1; }, 5));
   t3.Stop();
+}
+
+// A job that ends before its first periodic refit still leaves one recommendation ("end").
+TEST(Tuner, ShortJobGetsARecommendationAtStop) {
+  for (const double final_wait : {5.0, 0.0}) {
+    Recorder rec;
+    TunerOptions o;
+    o.refit_seconds = 3600;
+    o.final_refit_seconds = final_wait;
+    Tuner t(o, FakeFit, rec.Sink(), rec.Log());
+    t.Start();
+    t.Offer(MakeSnapshot(40, 2));
+    t.Stop();
+    if (final_wait > 0) {
+      ASSERT_EQ(rec.NumRecords(), 1u);
+      EXPECT_EQ(rec.records[0].second["trigger"], "end");
+      EXPECT_EQ(rec.records[0].second["step"], 40);
+    } else {
+      EXPECT_EQ(rec.NumRecords(), 0u);
+    }
+  }
 }
 
 TEST(Tuner, ShutdownIsCleanAndIdempotent) {
