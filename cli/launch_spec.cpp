@@ -25,7 +25,12 @@ int IntField(const nlohmann::json& o, const char* key, const std::string& where)
     Fail(where, std::string("proposed.config.") + key + ": missing");
   if (!it->is_number_integer() && !(it->is_number() && std::floor(it->get<double>()) == *it))
     Fail(where, std::string("proposed.config.") + key + ": not an integer (" + it->dump() + ")");
-  return it->get<int>();
+  // Counts and batches of a real job are far below this; it keeps every product below 2^63.
+  constexpr double kMax = 1e7;
+  const double v = it->get<double>();
+  if (!(std::fabs(v) <= kMax))
+    Fail(where, std::string("proposed.config.") + key + ": " + it->dump() + " is out of range");
+  return static_cast<int>(v);
 }
 
 std::string Format(double v) {
@@ -103,12 +108,20 @@ LaunchPlan PlanFromRecommendation(const nlohmann::json& doc, const std::string& 
     Fail(where, "proposed.config.local_bsz: " + std::to_string(p.local_bsz) + " < 1");
   if (p.accum_steps < 0)
     Fail(where, "proposed.config.accum_steps: " + std::to_string(p.accum_steps) + " < 0");
-  const int replicas = p.nodes * p.gpus_per_node;
+  const long long replicas_ll = static_cast<long long>(p.nodes) * p.gpus_per_node;
+  if (replicas_ll > 1e7)
+    Fail(where, "proposed.config: nodes x gpus_per_node = " + std::to_string(replicas_ll) +
+                    " is out of range");
+  const int replicas = static_cast<int>(replicas_ll);
   if (c.contains("replicas") && IntField(c, "replicas", where) != replicas)
     Fail(where, "proposed.config: replicas " + c["replicas"].dump() + " contradicts nodes " +
                     std::to_string(p.nodes) + " x gpus_per_node " +
                     std::to_string(p.gpus_per_node));
-  p.global_batch = p.local_bsz * replicas * (p.accum_steps + 1);
+  const long long global =
+      static_cast<long long>(p.local_bsz) * replicas * (static_cast<long long>(p.accum_steps) + 1);
+  if (global > 1e9)
+    Fail(where, "proposed.config: global batch " + std::to_string(global) + " is out of range");
+  p.global_batch = static_cast<int>(global);
   if (c.contains("global_batch") && IntField(c, "global_batch", where) != p.global_batch)
     Fail(where, "proposed.config: global_batch " + c["global_batch"].dump() +
                     " contradicts local_bsz x replicas x (accum_steps + 1) = " +

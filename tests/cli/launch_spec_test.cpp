@@ -168,6 +168,10 @@ TEST(LaunchSpec, ContradictoryOrMissingFieldsAreNamed) {
   d = Proposal(1, 4);
   d["proposed"]["config"].erase("local_bsz");
   EXPECT_NE(msg(d).find("proposed.config.local_bsz: missing"), std::string::npos) << msg(d);
+  d = Proposal(1, 4);  // found by launch_spec_fuzz: converting it to int was undefined
+  d["proposed"]["config"]["local_bsz"] = 1e300;
+  EXPECT_NE(msg(d).find("proposed.config.local_bsz: 1e+300 is out of range"), std::string::npos)
+      << msg(d);
   d = Proposal(1, 4);
   d["proposed"]["config"]["nodes"] = "two";
   EXPECT_NE(msg(d).find("proposed.config.nodes: not an integer"), std::string::npos) << msg(d);
