@@ -214,11 +214,16 @@ std::unique_ptr<History> History::Open(const std::string& path, const HistoryOpt
     if (s.Text(0) != kHistorySchema)
       return fail("schema '" + s.Text(0) + "' is not " + kHistorySchema);
   }
-  if (!Exec(db, "PRAGMA journal_mode=WAL; PRAGMA foreign_keys=ON;", &why))
-    return fail("cannot use a WAL journal: " + why);
-  if (!Exec(db, (std::string("BEGIN IMMEDIATE;") + kCreate + "COMMIT;").c_str(), &why)) {
-    Exec(db, "ROLLBACK;", nullptr);
-    return fail("cannot create the tables: " + why);
+  if (!Exec(db, "PRAGMA foreign_keys=ON;", &why)) return fail("cannot configure: " + why);
+  if (tables == 0) {
+    // A new database: the WAL journal (kept in the file from now on) and the tables, created
+    // once. An existing one is only read here: a look-up never waits for another job's writer.
+    if (!Exec(db, "PRAGMA journal_mode=WAL;", &why))
+      return fail("cannot use a WAL journal: " + why);
+    if (!Exec(db, (std::string("BEGIN IMMEDIATE;") + kCreate + "COMMIT;").c_str(), &why)) {
+      Exec(db, "ROLLBACK;", nullptr);
+      return fail("cannot create the tables: " + why);
+    }
   }
   // A file that is SQLite but damaged inside shows here, not at open.
   {

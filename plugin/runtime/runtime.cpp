@@ -645,6 +645,7 @@ void Runtime::LookUpHistory() {
   const std::string path = HistoryPath();
   if (path.empty()) return;
   HistoryOptions ho;
+  ho.busy_timeout_seconds = 0.5;  // on the worker, before a refit: never wait long for a writer
   std::string error;
   auto h = History::Open(path, ho, &error);
   if (!h) {

@@ -45,6 +45,8 @@ def torchrun(tmp, tuner, *args, timeout=120, extra_env=None):
     env["CLOUDTUNE_LIBRARY"] = os.environ.get("CLOUDTUNE_LIBRARY") or str(
         REPO / "build/lib/libcloudtune_plugin.so")
     env["OMP_NUM_THREADS"] = "1"
+    # The job history's default place, per test: no warm start from another test's job.
+    env["XDG_CACHE_HOME"] = str(tmp)
     if tuner:
         env.update(CLOUDTUNE="1", CLOUDTUNE_MEASURE_EVERY="10", CLOUDTUNE_WARMUP_STEPS="2")
     if extra_env:

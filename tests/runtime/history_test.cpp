@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -150,6 +151,35 @@ TEST(History, TwoProcessesWritingAtOnceLoseNothing) {
   }
   EXPECT_EQ(per["1-p0"], kPerProcess);
   EXPECT_EQ(per["1-p1"], kPerProcess);
+}
+
+// A job looking up its model (the tuner's worker, before a refit) never waits for another job
+// that is writing its record: an existing database is only read, and WAL readers do not block.
+TEST(History, LookUpDoesNotWaitForAWriter) {
+  const std::string path = TempDb("busy.sqlite");
+  std::string error;
+  {
+    auto h = History::Open(path, {}, &error);
+    ASSERT_TRUE(h) << error;
+    ASSERT_GT(h->Record(Job("1-a", "old", 2), &error), 0) << error;
+  }
+  sqlite3* writer = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &writer), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(writer, "BEGIN IMMEDIATE; INSERT INTO meta VALUES('x', 'y');", nullptr,
+                         nullptr, nullptr),
+            SQLITE_OK);
+  HistoryOptions quick;
+  quick.busy_timeout_seconds = 5;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto h = History::Open(path, quick, &error);
+  ASSERT_TRUE(h) << error;
+  const auto found = h->Latest("1-a");
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  sqlite3_exec(writer, "ROLLBACK;", nullptr, nullptr, nullptr);
+  sqlite3_close(writer);
+  ASSERT_TRUE(found);
+  EXPECT_EQ(found->configurations.size(), 2u);
+  EXPECT_LT(took, 1.0);
 }
 
 TEST(History, CorruptOrForeignFilesAreRefusedByPath) {
