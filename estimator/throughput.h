@@ -40,6 +40,10 @@
 
 namespace cloudtune::estimator {
 
+namespace detail {
+struct TypePrior;  // priors of one instance type's fit from another type's model (throughput_types)
+}
+
 // A prediction for one configuration. Times in seconds.
 struct StepPrediction {
   double compute_time = 0;  // per micro-step compute time on one worker
@@ -162,6 +166,12 @@ class ThroughputModel {
   const std::vector<int>& batch_sizes() const { return batch_sizes_; }
   const std::vector<std::pair<int, int>>& compute_placements() const { return compute_placements_; }
 
+  // A copy for other hardware: the core parameters moved by `shift` (theta units: log of the
+  // positive ones) with `extra_cov` (kNumThroughputParams^2, row-major) added to their
+  // covariance. The effects are kept. Used to project a model onto an unmeasured instance type.
+  ThroughputModel Projected(const std::vector<double>& shift,
+                            const std::vector<double>& extra_cov) const;
+
   // Internal representation: theta = [core | node | batch | sync_batch effects | one block per
   // (num_nodes, num_replicas) of compute_placements(): its compute effect, then its placement
   // effect when num_nodes >= 2 and num_replicas >= 2]; core[i] = log(value) for positive
@@ -174,6 +184,9 @@ class ThroughputModel {
  private:
   friend ThroughputModel FitThroughput(const std::vector<Measurement>&,
                                        const ThroughputFitOptions&);
+  friend ThroughputModel FitThroughputWithPrior(const std::vector<Measurement>&,
+                                                const ThroughputFitOptions&,
+                                                const detail::TypePrior&);
   // FitThroughput's steps (throughput_fit.cpp).
   class Fitter;
   int NodeIndex(int num_nodes) const;  // index into theta_, -1 if unseen
@@ -218,5 +231,10 @@ class ThroughputModel {
 // bench/bench_fit_memory measures the peak heap of a fit against its input.
 ThroughputModel FitThroughput(const std::vector<Measurement>& data,
                               const ThroughputFitOptions& options = {});
+// The same fit with the core's priors, starting point and b_ref given (throughput_types.cpp: one
+// instance type's fit centred on another type's model).
+ThroughputModel FitThroughputWithPrior(const std::vector<Measurement>& data,
+                                       const ThroughputFitOptions& options,
+                                       const detail::TypePrior& prior);
 
 }  // namespace cloudtune::estimator

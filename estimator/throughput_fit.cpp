@@ -21,6 +21,7 @@
 #include "estimator/detail/start.h"
 #include "estimator/detail/throughput_form.h"
 #include "estimator/detail/throughput_residuals.h"
+#include "estimator/detail/type_prior.h"
 #include "estimator/throughput.h"
 
 namespace cloudtune::estimator {
@@ -252,9 +253,11 @@ using detail::Row;
 // The steps of FitThroughput, in the order Run() takes them; they share the fit's state.
 class ThroughputModel::Fitter {
  public:
-  Fitter(const std::vector<Measurement>& data, const ThroughputFitOptions& options)
+  Fitter(const std::vector<Measurement>& data, const ThroughputFitOptions& options,
+         const detail::TypePrior* type_prior = nullptr)
       : data_(data),
         options_(options),
+        type_prior_(type_prior),
         problem_(detail::ProblemOptions()),
         ordering_(std::make_shared<ceres::ParameterBlockOrdering>()) {}
   ThroughputModel Run();
@@ -284,6 +287,7 @@ class ThroughputModel::Fitter {
 
   const std::vector<Measurement>& data_;
   const ThroughputFitOptions& options_;
+  const detail::TypePrior* type_prior_;  // null: priors from the data's own statistics
   ThroughputModel m_;
   int n_node_ = 0, n_batch_ = 0;
   int n_par_ = 0, n_eff_ = 0;  // parameters in theta, of which effects
@@ -310,10 +314,20 @@ ThroughputModel ThroughputModel::Fitter::Run() {
   if (!options_.IsValid(&err)) throw InputError("throughput fit options: " + err);
   if (data_.empty()) throw InputError("throughput fit: no measurements");
   LayOutEffects();
+  if (type_prior_) m_.b_ref_ = type_prior_->b_ref;
   detail::StartData start_data;
   detail::ComputeSums sums;
   detail::ReadRows(data_, m_.batch_sizes_, &rows_, &start_data, &sums);
   detail::CoreStart start = detail::StartCore(start_data, m_.b_ref_, options_.prior_scale);
+  if (type_prior_) {  // centred on another type's model instead
+    start.priors.clear();
+    for (const auto& t : type_prior_->terms) start.priors.push_back({t.a, t.b, t.mean, t.sigma});
+    for (int i = 0; i < detail::kC; ++i) {
+      double lo, hi;
+      detail::CoreBounds(i, &lo, &hi);
+      start.theta[i] = std::clamp(type_prior_->start[i], lo + 1e-6, hi - 1e-6);
+    }
+  }
   theta_.assign(n_par_, 0.0);
   std::copy(start.theta.begin(), start.theta.end(), theta_.begin());
   SetUpCache();
@@ -693,6 +707,15 @@ ThroughputModel FitThroughput(const std::vector<Measurement>& data,
                               const ThroughputFitOptions& options) {
   const auto t0 = std::chrono::steady_clock::now();
   ThroughputModel m = ThroughputModel::Fitter(data, options).Run();
+  m.stats_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return m;
+}
+
+ThroughputModel FitThroughputWithPrior(const std::vector<Measurement>& data,
+                                       const ThroughputFitOptions& options,
+                                       const detail::TypePrior& prior) {
+  const auto t0 = std::chrono::steady_clock::now();
+  ThroughputModel m = ThroughputModel::Fitter(data, options, &prior).Run();
   m.stats_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return m;
 }

@@ -68,6 +68,18 @@ double ThroughputModel::covariance(int i, int j) const {
   return it != cov_pairs_.end() && it->a == key.a && it->b == key.b ? it->v : 0;
 }
 
+ThroughputModel ThroughputModel::Projected(const std::vector<double>& shift,
+                                           const std::vector<double>& extra_cov) const {
+  constexpr int kC = kNumThroughputParams;
+  ThroughputModel m = *this;
+  for (int i = 0; i < kC && i < static_cast<int>(shift.size()); ++i) m.theta_[i] += shift[i];
+  if (m.cov_core_.empty()) m.cov_core_.assign(kC * kC, 0.0);
+  for (int i = 0; i < kC * kC && i < static_cast<int>(extra_cov.size()); ++i)
+    m.cov_core_[i] += extra_cov[i];
+  for (int i = 0; i < kC; ++i) m.identified_.at(i) = false;  // rests on the projection's prior
+  return m;
+}
+
 double ThroughputModel::param_sigma(int i) const {
   const double v = covariance(i, i);
   return v > 0 ? std::sqrt(v) : 0;

@@ -111,6 +111,29 @@ const GpuSpec* Catalog::Gpu(const std::string& model) const {
   return it == gpus.end() ? nullptr : &it->second;
 }
 
+estimator::Hardware HardwareOf(const Catalog& catalog, const std::string& type) {
+  auto lower = [](std::string s) {
+    for (char& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    return s;
+  };
+  estimator::Hardware h;
+  auto from_gpu = [&](const GpuSpec& g) {
+    h.gpu_tflops = g.fp32_tflops;  // the figure given for every GPU alike (see Hardware)
+    h.memory_bandwidth_gbs = g.memory_bandwidth_gbs;
+  };
+  const int i = catalog.Find(type);
+  if (i >= 0) {
+    const InstanceType& t = catalog.types[i];
+    if (const GpuSpec* g = catalog.Gpu(t.gpu_model)) from_gpu(*g);
+    if (t.network_measured) h.network_gbps = t.network_gbps;
+    return h;
+  }
+  const std::string want = lower(type);
+  for (const auto& [model, g] : catalog.gpus)
+    if (lower(model) == want) from_gpu(g);
+  return h;
+}
+
 double RevocationRateFromMonthlyShare(double p) { return -std::log1p(-p) / 730.0; }
 
 double BandMidpoint(const std::string& band, const CatalogOptions& options,

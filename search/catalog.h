@@ -17,6 +17,8 @@
 #include <string>
 #include <vector>
 
+#include "estimator/throughput_types.h"
+
 namespace cloudtune::search {
 
 // Defaults for values the data does not give. They are never presented as measured: each
@@ -95,6 +97,11 @@ std::string InstanceForGpu(const Catalog& catalog, const std::string& device_nam
                            int gpus_per_node);
 
 const Catalog& DefaultCatalog();
+// What the catalog knows of the hardware of `type` (for the throughput model across types): an
+// instance type's name gives its GPU's specs and its network bandwidth (when measured, not the
+// default); otherwise a GPU model's name (e.g. "T4", "a100"; case-insensitive) gives the GPU's
+// specs. Unknown (all 0) when neither matches.
+estimator::Hardware HardwareOf(const Catalog& catalog, const std::string& type);
 std::string DefaultCatalogSnapshot();  // e.g. "shared/data/catalog 2026-11 ..."
 
 // Loads a user catalog file on top of `base`: extend = true replaces same-named types and adds new

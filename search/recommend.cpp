@@ -106,46 +106,37 @@ double ExpectedImprovement(double incumbent, double median, double sigma) {
   return incumbent * NormCdf(d) - median * std::exp(0.5 * sigma * sigma) * NormCdf(d - sigma);
 }
 
+namespace {
+estimator::CrossTypeThroughputModel FitProfile(const Catalog& catalog,
+                                               const std::vector<core::Measurement>& profile,
+                                               const estimator::ThroughputFitOptions& fit) {
+  std::map<std::string, estimator::Hardware> hardware;
+  for (const auto& m : profile)
+    hardware.emplace(m.key.instance_type, HardwareOf(catalog, m.key.instance_type));
+  estimator::CrossTypeFitOptions options;
+  options.fit = fit;
+  return estimator::FitCrossType(profile, hardware, options);
+}
+}  // namespace
+
 ProfilePredictor::ProfilePredictor(const Catalog& catalog,
                                    const std::vector<core::Measurement>& profile,
                                    double measured_sigma,
                                    const estimator::ThroughputFitOptions& fit)
-    : catalog_(catalog), measured_sigma_(measured_sigma) {
-  std::map<std::string, std::vector<core::Measurement>> by_type;
-  for (const auto& m : profile) {
-    by_type[m.key.instance_type].push_back(m);
-    measured_[m.key] = m.step_time;
-  }
-  size_t most = 0;
-  for (auto& [type, ms] : by_type) {
-    models_.emplace(type, estimator::FitThroughput(ms, fit));
-    if (ms.size() > most) {
-      most = ms.size();
-      reference_ = type;
-    }
-  }
+    : catalog_(catalog),
+      measured_sigma_(measured_sigma),
+      model_(FitProfile(catalog, profile, fit)) {
+  for (const auto& m : profile) measured_[m.key] = m.step_time;
 }
 
 Estimate ProfilePredictor::StepTime(const InstanceType& t, const Config& c) const {
   const core::ConfigKey key = c.Key();
   auto m = measured_.find(key);
   if (m != measured_.end()) return {m->second, measured_sigma_};
-  auto it = models_.find(t.name);
-  if (it != models_.end()) {
-    estimator::StepPrediction p = it->second.Predict(key, c.gpus_per_node);
-    return {p.step_time, std::max(p.log_sigma, measured_sigma_)};
-  }
-  if (reference_.empty()) return {0, 0};
-  const int ri = catalog_.Find(reference_);
-  if (ri < 0) return {0, 0};
-  core::ConfigKey rkey = key;
-  rkey.instance_type = reference_;
-  estimator::StepPrediction p = models_.at(reference_).Predict(rkey, c.gpus_per_node);
-  // Project per micro-step: sync happens once per optimizer step.
-  Estimate proj =
-      ProjectStepTime(catalog_, catalog_.types[ri], t, p.step_time, p.sync_time, c.nodes);
-  const double s = std::max(p.log_sigma, measured_sigma_);
-  return {proj.value, std::sqrt(s * s + proj.log_sigma * proj.log_sigma)};
+  const estimator::Hardware hw = HardwareOf(catalog_, t.name);
+  if (!model_.Measured(t.name) && !hw.known()) return {0, 0};  // cannot be projected
+  const estimator::StepPrediction p = model_.Predict(key, hw, c.gpus_per_node);
+  return {p.step_time, std::max(p.log_sigma, measured_sigma_)};
 }
 
 Recommendation Decide(const SearchProblem& problem, const RecommendOptions& options,
@@ -352,7 +343,8 @@ Recommendation Recommend(const RecommendRequest& req) {
   for (const auto& m : profile) keys.insert(m.key);
   Recommendation r =
       Decide(p, req.options, [&keys](const Config& c) { return keys.count(c.Key()) > 0; });
-  for (const auto& [type, model] : predictor->models()) r.throughput_models[type] = model.ToJson();
+  for (const auto& type : predictor->model().types())
+    r.throughput_models[type] = predictor->model().model(type).ToJson();
   return r;
 }
 

@@ -93,23 +93,23 @@ Recommendation Recommend(const RecommendRequest& request);
 // ---- building blocks (used by Recommend and the replay) -----------------------------------------
 
 // Step-time predictor from measured profiles: measured configurations use their measurement;
-// other configurations on a measured type use that type's fitted ThroughputModel; unmeasured types
-// are projected (ProjectStepTime) from the measured type with the most configurations.
+// every other configuration, on a measured type or not, comes from the one throughput model over
+// instance types (estimator::FitCrossType with the catalog's hardware of each type): a measured
+// type from its own fit, an unmeasured one projected from the best-measured type.
 class ProfilePredictor {
  public:
   ProfilePredictor(const Catalog& catalog, const std::vector<core::Measurement>& profile,
                    double measured_sigma, const estimator::ThroughputFitOptions& fit = {});
   Estimate StepTime(const InstanceType& t, const Config& c) const;
-  bool Measured(const std::string& type) const { return models_.count(type) > 0; }
-  // The fitted model of each measured type.
-  const std::map<std::string, estimator::ThroughputModel>& models() const { return models_; }
+  bool Measured(const std::string& type) const { return model_.Measured(type); }
+  // The model over the profile's instance types.
+  const estimator::CrossTypeThroughputModel& model() const { return model_; }
 
  private:
   const Catalog& catalog_;
   double measured_sigma_;
-  std::map<std::string, estimator::ThroughputModel> models_;  // by type
-  std::map<core::ConfigKey, double> measured_;                // step time by key
-  std::string reference_;                                     // best-measured type
+  estimator::CrossTypeThroughputModel model_;
+  std::map<core::ConfigKey, double> measured_;  // step time by key
 };
 
 // The decision given a search problem: exploit the best configuration, keep the current one

@@ -40,7 +40,12 @@ TEST(FitCli, RoundTripOnAShippedTrace) {
   const std::string trace = kGavel + "v100_resnet50.csv", model = TmpDir() + "/rt.json";
   Result f = RunCli("fit " + trace + " -o " + model);
   ASSERT_EQ(f.status, 0) << f.err;
-  const auto j = nlohmann::json::parse(Slurp(model));
+  // The trace's rows carry instance_type v100: one model over its (one) type.
+  const auto typed = nlohmann::json::parse(Slurp(model));
+  EXPECT_EQ(typed["schema"], "cloudtune.throughput_types/1");
+  EXPECT_EQ(typed["reference"], "v100");
+  EXPECT_GT(typed["types"]["v100"]["hardware"]["gpu_tflops"].get<double>(), 0);  // catalog V100
+  const auto& j = typed["types"]["v100"]["model"];
   EXPECT_EQ(j["schema"], "cloudtune.throughput_model/2");
   EXPECT_TRUE(j["model"].contains("form"));
   EXPECT_EQ(j["fit"]["configurations"], 28);
@@ -79,6 +84,53 @@ TEST(FitCli, BothTraceFormatsAndSeveralFiles) {
   Result p = RunCli("predict " + model + " " + kPollux + "bert/scalability.csv");
   ASSERT_EQ(p.status, 0) << p.err;
   EXPECT_EQ(Lines(p.out).size(), 1u + 180u);
+}
+
+// Rows of two instance types: one model over both; predict answers each row for its own type and
+// echoes it; a type that was neither measured nor is in the catalog is named in the error.
+TEST(FitCli, InstanceTypesRoundTrip) {
+  std::string train = "num_nodes,num_replicas,local_bsz,step_time,sync_time,instance_type\n";
+  std::string test = train;
+  for (int r : {1, 2, 4, 8})
+    for (int b : {16, 32, 64, 128}) {
+      const int nodes = r <= 4 ? 1 : 2;
+      const double tc_a = 0.02 + 4e-4 * b, tc_b = 0.02 + 2e-4 * b;  // b: a 2x faster GPU
+      const double sync = r == 1 ? 0 : 0.01 * r;
+      train += std::to_string(nodes) + "," + std::to_string(r) + "," + std::to_string(b) + "," +
+               std::to_string(tc_a + sync) + "," + std::to_string(sync) + ",T4\n";
+      (r == 1 && b == 16 ? train : test) += std::to_string(nodes) + "," + std::to_string(r) + "," +
+                                            std::to_string(b) + "," + std::to_string(tc_b + sync) +
+                                            "," + std::to_string(sync) + ",A10\n";
+    }
+  const std::string tr = Write("types_train.csv", train), te = Write("types_test.csv", test);
+  const std::string model = TmpDir() + "/types.json";
+  Result f = RunCli("fit " + tr + " -o " + model);
+  ASSERT_EQ(f.status, 0) << f.err;
+  const auto j = nlohmann::json::parse(Slurp(model));
+  EXPECT_EQ(j["reference"], "T4");
+  EXPECT_EQ(j["types"]["A10"]["configurations"], 1);
+  Result p = RunCli("predict " + model + " " + te);
+  ASSERT_EQ(p.status, 0) << p.err;
+  const auto lines = Lines(p.out);
+  ASSERT_EQ(lines.size(), 16u);  // header + 15 configurations of A10
+  for (size_t i = 1; i < lines.size(); ++i)
+    EXPECT_EQ(lines[i].substr(lines[i].rfind(',') + 1), "A10") << lines[i];
+  const std::string other = Write("types_other.csv",
+                                  "num_nodes,num_replicas,local_bsz,step_time,sync_time,"
+                                  "instance_type\n1,1,32,0.1,0,mystery-gpu\n");
+  Result e = RunCli("predict " + model + " " + other);
+  EXPECT_EQ(e.status, 1);
+  EXPECT_EQ(e.err,
+            "cloudtune: error: instance type 'mystery-gpu' was not measured and has no catalog "
+            "entry (GPU TFLOPS, memory bandwidth or network bandwidth): its throughput cannot be "
+            "projected\n");
+  // A catalog type that was not measured is projected (A100: in the embedded catalog).
+  const std::string a100 = Write("types_a100.csv",
+                                 "num_nodes,num_replicas,local_bsz,step_time,sync_time,"
+                                 "instance_type\n1,1,128,0.1,0,A100\n");
+  Result q = RunCli("predict " + model + " " + a100);
+  ASSERT_EQ(q.status, 0) << q.err;
+  EXPECT_EQ(Lines(q.out).size(), 2u);
 }
 
 TEST(FitCli, HelpForEveryCommand) {
