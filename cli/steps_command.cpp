@@ -125,7 +125,7 @@ void RegisterStepsCommand(CLI::App& app) {
       "--extrapolate", a->extrapolate,
       "how far (fraction) --progress may lie beyond the observed progress (default 0.02)");
   c->add_option("--drift-exponent", a->drift_exponent,
-                "prior of the exponent gamma of the noise scale's batch dependence (default 0.8; "
+                "prior of the exponent gamma of the noise scale's batch dependence (default 1.0; "
                 "fitted when >= 3 batches are observed)");
   c->add_option("-o,--model", a->model_out, "also write the fitted efficiency model JSON here");
   c->callback([a]() { RunSteps(*a); });

@@ -211,13 +211,21 @@ bool EfficiencyFitOptions::IsValid(std::string* error) const {
     return fail("min_log_sigma must be >= 0");
   if (!(extrapolation_sigma >= 0) || !std::isfinite(extrapolation_sigma))
     return fail("extrapolation_sigma must be >= 0");
+  if (!(growth_sigma >= 0) || !std::isfinite(growth_sigma))
+    return fail("growth_sigma must be >= 0");
   return true;
 }
 
-EfficiencyModel EfficiencyModel::FromNoise(const NoiseState& s) {
+EfficiencyModel EfficiencyModel::FromNoise(const NoiseState& s,
+                                           const EfficiencyFitOptions& options) {
   EfficiencyModel m;
   m.base_batch_ = s.base_batch;
   m.single_batch_ = true;
+  m.max_batch_ = s.base_batch;  // what the estimate was measured at
+  m.noise_log_sigma_ = std::isfinite(s.log_sigma) ? std::max(0.0, s.log_sigma) : 0.0;
+  m.min_log_sigma_ = options.min_log_sigma;
+  m.extrapolation_sigma_ = options.extrapolation_sigma;
+  m.growth_sigma_ = options.growth_sigma;
   Knot k;
   if (s.grad_sqr <= 0)
     k.rho0 = s.grad_var > 0 ? std::log(std::numeric_limits<double>::max()) : -50.0;
@@ -309,11 +317,17 @@ StepsPrediction EfficiencyModel::StepsToProgress(double batch, double from_progr
   const double sens = s > 1 ? 1.0 - 1.0 / std::sqrt(s) : 0.0;
   const double noise =
       residual_rms_ * sens / std::sqrt(std::max<double>(1.0, static_cast<double>(knots_.size())));
-  p.log_sigma = std::sqrt(min_log_sigma_ * min_log_sigma_ + extrap * extrap + noise * noise);
-  if (single_batch_ && s > 1) {
-    // The plain theory is known to over-predict at large batches: widen accordingly.
-    p.log_sigma = std::sqrt(p.log_sigma * p.log_sigma + std::pow(0.1 * std::log2(s), 2));
-  }
+  // Beyond the largest observed batch: an unmodelled growth of r with the batch, and the sampling
+  // noise of a measured noise state, both through the steps' sensitivity to r at this batch,
+  // |d log steps / d log r| = |r/(r+1) - (r/s)/(r/s+1)| (gain = (r+1)/(r/s+1)).
+  const double r = NoiseRatioAt(batch, 0.5 * (from_progress + to_progress));
+  const double sens_r =
+      std::isfinite(r) && r > 0 ? std::abs(r / (r + 1) - (r / s) / (r / s + 1)) : 0;
+  const double reach = max_batch_ > 0 && batch > max_batch_ ? std::log(batch / max_batch_) : 0;
+  const double growth = growth_sigma_ * reach * sens_r;
+  const double sampling = noise_log_sigma_ * sens_r;
+  p.log_sigma = std::sqrt(min_log_sigma_ * min_log_sigma_ + extrap * extrap + noise * noise +
+                          growth * growth + sampling * sampling);
   return p;
 }
 
@@ -339,7 +353,9 @@ nlohmann::json EfficiencyModel::ToJson() const {
   j["observed_batches"] = batches_;
   j["fit"] = {{"observations", n_obs_}, {"skipped", n_skipped_}, {"residual_rms", residual_rms_}};
   j["uncertainty"] = {{"min_log_sigma", min_log_sigma_},
-                      {"extrapolation_sigma", extrapolation_sigma_}};
+                      {"extrapolation_sigma", extrapolation_sigma_},
+                      {"growth_sigma", growth_sigma_},
+                      {"noise_log_sigma", noise_log_sigma_}};
   nlohmann::json ks = nlohmann::json::array();
   for (const Knot& k : knots_)
     ks.push_back({{"progress", k.progress}, {"rho0", k.rho0}, {"drift", k.drift}});
@@ -384,6 +400,9 @@ EfficiencyModel EfficiencyModel::FromJson(const nlohmann::json& j, const std::st
   if (auto u = j.find("uncertainty"); u != j.end() && u->is_object()) {
     m.min_log_sigma_ = num(*u, "min_log_sigma", "uncertainty.");
     m.extrapolation_sigma_ = num(*u, "extrapolation_sigma", "uncertainty.");
+    if (u->contains("growth_sigma")) m.growth_sigma_ = num(*u, "growth_sigma", "uncertainty.");
+    if (u->contains("noise_log_sigma"))
+      m.noise_log_sigma_ = num(*u, "noise_log_sigma", "uncertainty.");
   }
   auto ks = j.find("knots");
   if (ks == j.end() || !ks->is_array() || ks->empty())

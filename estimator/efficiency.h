@@ -94,10 +94,12 @@ struct EfficiencyFitOptions {
   // Upper bound of d = log(r(inf) / r(B0)). > 0.
   double max_drift = 12.0;
   // Prior mean of gamma, the exponent of the batch dependence (1 = the bias shrinks like 1/B,
-  // saturating fast; smaller = slower). In [0.1, 3].
-  double drift_exponent = 0.8;
+  // saturating fast; smaller = slower). 1 from the estimator: the sampling term of the squared-
+  // gradient estimate at batch B is tr(Sigma)/B. Only a prior: fitted from the job's own
+  // observations at >= 3 batches. In [0.1, 3].
+  double drift_exponent = 1.0;
   // Standard deviation of gamma's prior, used when >= 3 batches are observed. > 0.
-  double drift_exponent_sigma = 0.25;
+  double drift_exponent_sigma = 0.5;
   // Fit gamma when >= 3 batches are observed (else it stays at drift_exponent).
   bool fit_drift_exponent = true;
   // Relative uncertainty floor of a steps prediction (one sigma of log steps). >= 0.
@@ -105,13 +107,22 @@ struct EfficiencyFitOptions {
   // Fraction of the extrapolation effect |log(steps / steps_no_extrapolation)| counted as
   // uncertainty. >= 0.
   double extrapolation_sigma = 0.3;
+  // Standard deviation of the exponent delta of an unmodelled growth of the noise ratio with the
+  // batch beyond the largest observed one, r ~ (B / B_max)^delta: what the job has not measured
+  // may lie anywhere from no growth (delta = 0, the plain theory) to a noise scale growing in
+  // proportion to the batch (delta = 1); a uniform delta on [0, 1] has standard deviation
+  // 1/sqrt(12) = 0.29. A prediction at B > B_max carries growth_sigma * log(B / B_max) times the
+  // steps' sensitivity to r (d log steps / d log r, in [0, 1]) as uncertainty. >= 0.
+  double growth_sigma = 0.29;
   bool IsValid(std::string* error) const;
 };
 
 class EfficiencyModel {
  public:
-  // The plain theory: the noise state taken as constant (no drift).
-  static EfficiencyModel FromNoise(const NoiseState& s);
+  // The plain theory: the noise state taken as constant (no drift). Its sampling uncertainty
+  // (s.log_sigma) enters every prediction's log_sigma.
+  static EfficiencyModel FromNoise(const NoiseState& s,
+                                   const EfficiencyFitOptions& options = EfficiencyFitOptions());
   // Gain of one step at `batch` when the run has made `progress` B0-steps.
   double GainAt(double batch, double progress) const;
   // Efficiency GainAt / (batch / B0).
@@ -133,7 +144,7 @@ class EfficiencyModel {
   double base_batch() const { return base_batch_; }
   // True when the drift could not be identified (observations at one batch): the plain theory.
   bool single_batch() const { return single_batch_; }
-  // Largest progress and batch seen by the fit (0 for FromNoise).
+  // Largest progress and batch seen by the fit (FromNoise: 0 and the state's base batch).
   double max_observed_progress() const { return max_progress_; }
   double max_observed_batch() const { return max_batch_; }
   const std::vector<double>& observed_batches() const { return batches_; }
@@ -169,7 +180,8 @@ class EfficiencyModel {
   double residual_rms_ = 0;
   double gamma_ = 1.0;
   bool gamma_fitted_ = false;
-  double min_log_sigma_ = 0.02, extrapolation_sigma_ = 0.3;
+  double min_log_sigma_ = 0.02, extrapolation_sigma_ = 0.3, growth_sigma_ = 0.29;
+  double noise_log_sigma_ = 0;  // NoiseState::log_sigma of FromNoise's state
   std::vector<Knot> knots_;
 };
 

@@ -334,6 +334,7 @@ Recommendation Recommend(const RecommendRequest& req) {
     return Estimate{s.steps, std::sqrt(s.log_sigma * s.log_sigma + floor * floor)};
   };
   p.space = req.options.space;
+  p.space.observed_batch = std::max(eff->max_observed_batch(), eff->base_batch());  // growth bound
   p.objective = req.options.objective;
   p.cost = req.options.cost;
   p.remaining_progress = to - from;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <sstream>
 #include <unordered_map>
 
@@ -38,16 +39,27 @@ void CheckProblem(const SearchProblem& p) {
   if (!p.cost.IsValid(&err)) throw InputError("cost options: " + err);
 }
 
-// Calls fn(type, hardware/batch config) over the problem's candidates.
+// Calls fn(type, hardware/batch config) over the problem's candidates within the growth bound.
 template <typename Fn>
 void ForEachProblemCandidate(const SearchProblem& p, Fn&& fn) {
+  long long bound = p.space.GrowthBound(p.current ? p.current->global_batch() : 0);
   if (p.candidates.empty()) {
-    ForEachCandidate(*p.catalog, p.space, fn);
+    SpaceOptions space = p.space;
+    if (bound > 0)
+      space.max_global_batch =
+          space.max_global_batch > 0 ? std::min(space.max_global_batch, bound) : bound;
+    ForEachCandidate(*p.catalog, space, fn);
     return;
+  }
+  if (bound > 0) {  // never empty a list: its smallest batch stays
+    long long smallest = std::numeric_limits<long long>::max();
+    for (const Config& c : p.candidates) smallest = std::min(smallest, c.global_batch());
+    bound = std::max(bound, smallest);
   }
   for (const Config& c : p.candidates) {
     int i = p.catalog->Find(c.type);
     if (i < 0) throw InputError("search: candidate type '" + c.type + "' is not in the catalog");
+    if (bound > 0 && c.global_batch() > bound) continue;
     fn(p.catalog->types[i], c);
   }
 }
@@ -98,6 +110,14 @@ std::string Config::ToString() const {
   return s.str();
 }
 
+long long SpaceOptions::GrowthBound(long long current_batch) const {
+  if (!(max_batch_growth > 0) || !(observed_batch > 0)) return 0;
+  const double b = max_batch_growth * observed_batch;
+  const long long bound = b >= 9e18 ? std::numeric_limits<long long>::max()
+                                    : static_cast<long long>(std::floor(b + 1e-9));
+  return std::max(bound, current_batch);
+}
+
 bool SpaceOptions::IsValid(std::string* error) const {
   const char* bad = nullptr;
   if (max_nodes < 1)
@@ -114,6 +134,10 @@ bool SpaceOptions::IsValid(std::string* error) const {
     bad = "max_accum_steps must be >= 0";
   else if (max_global_batch < 0)
     bad = "max_global_batch must be >= 0";
+  else if (!(max_batch_growth == 0 || max_batch_growth >= 1) || !std::isfinite(max_batch_growth))
+    bad = "max_batch_growth must be >= 1, or 0 (no bound)";
+  else if (!(observed_batch >= 0) || !std::isfinite(observed_batch))
+    bad = "observed_batch must be >= 0 (samples)";
   else if (!(memory_per_sample_gib >= 0))
     bad = "memory_per_sample_gib must be >= 0";
   else if (!allow_on_demand && !allow_spot && !allow_anchor)

@@ -65,6 +65,20 @@ struct SpaceOptions {
   double local_bsz_factor = 2;     // local batches: min, min·f, min·f², ... ≤ max
   int max_accum_steps = 3;         // accumulation micro-steps 0..max
   long long max_global_batch = 0;  // 0 = no limit (samples per optimizer step)
+  // Observe, then grow. When observed_batch > 0, no global batch above
+  // max(max_batch_growth x observed_batch, the current configuration's) is proposed: beyond the
+  // largest batch the job has run, the steps prediction rests on an extrapolation whose
+  // uncertainty grows with log(B / observed_batch) (EfficiencyFitOptions::growth_sigma), so the
+  // search grows the batch by at most this factor per decision and lets the job measure there
+  // first. 4: two doublings, where the extrapolation's one-sigma spread is still under ~0.4 of the
+  // steps' sensitivity to the noise ratio (at 64x it is 1.2, more than the whole effect). Explicit
+  // candidates obey it too (at least the smallest is kept). >= 1, or 0 = no bound.
+  double max_batch_growth = 4;
+  // Largest global batch (samples) the job's efficiency model has observed; 0 = unknown (no
+  // growth bound). Set by the caller (search::Recommend from EfficiencyModel::max_observed_batch).
+  double observed_batch = 0;
+  // The growth bound for a job now at `current_batch` samples (0 = none).
+  long long GrowthBound(long long current_batch) const;
   // GiB of GPU memory per sample of local batch; 0 = unknown (only max_local_bsz limits).
   double memory_per_sample_gib = 0;
   bool allow_on_demand = true, allow_spot = true, allow_anchor = true;

@@ -58,6 +58,9 @@ struct NoiseState {
   double grad_var = 0;    // tr(Sigma), gradient variance normalised to base_batch
   double base_batch = 1;  // B0, samples per optimizer step that grad_var refers to
   bool biased = false;    // estimated from consecutive steps of one replica
+  // Standard error of log(noise scale) from the estimator's own sampling noise (0 = unknown or
+  // exact). The efficiency model adds it to its predictions' uncertainty.
+  double log_sigma = 0;
   // Noise scale phi = B0 * tr(Sigma) / |G|^2 (samples). Infinity when grad_sqr == 0.
   double noise_scale() const {
     if (grad_sqr <= 0) return std::numeric_limits<double>::infinity();

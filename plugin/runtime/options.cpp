@@ -34,9 +34,14 @@ const std::vector<Field>& Fields() {
       {"measure_every", &Options::measure_every, "optimizer steps per measurement record"},
       {"warmup_steps", &Options::warmup_steps,
        "steps ignored at start-up and after a configuration change"},
-      {"gns_ema", &Options::gns_ema, "per-step decay of the gradient-noise EMAs, in [0, 1)"},
+      {"gns_target_error", &Options::gns_target_error,
+       "relative standard error the smoothed gradient-noise statistics aim for"},
+      {"gns_max_window", &Options::gns_max_window,
+       "longest effective window (steps) of the gradient-noise averages"},
       {"max_local_batch", &Options::max_local_batch,
        "largest local batch the tuner may propose (0 = no limit)"},
+      {"max_batch_growth", &Options::max_batch_growth,
+       "largest proposed global batch as a multiple of the largest one run (0 = no bound)"},
       {"refit_seconds", &Options::refit_seconds, "seconds between background refits"},
       {"objective", &Options::objective, "what the tuner minimises: cost or time"},
       {"deadline_hours", &Options::deadline_hours, "finish within this many hours (0 = none)"},
@@ -176,8 +181,13 @@ bool Options::IsValid(std::string* error) const {
     return fail(&instance_type, "must not contain a comma, quote or newline");
   if (measure_every < 1) return fail(&measure_every, "must be >= 1 (steps)");
   if (warmup_steps < 0) return fail(&warmup_steps, "must be >= 0 (steps)");
-  if (!(gns_ema >= 0 && gns_ema < 1)) return fail(&gns_ema, "must be in [0, 1)");
+  if (!(gns_target_error > 0) || !std::isfinite(gns_target_error))
+    return fail(&gns_target_error, "must be > 0");
+  if (!(gns_max_window >= 8) || !std::isfinite(gns_max_window))
+    return fail(&gns_max_window, "must be >= 8 (steps)");
   if (max_local_batch < 0) return fail(&max_local_batch, "must be >= 0 (0 = no limit)");
+  if (!(max_batch_growth == 0 || max_batch_growth >= 1) || !std::isfinite(max_batch_growth))
+    return fail(&max_batch_growth, "must be >= 1, or 0 (no bound)");
   if (!(refit_seconds > 0)) return fail(&refit_seconds, "must be > 0 (seconds)");
   core::Goal goal;
   if (!core::ParseGoal(objective, &goal)) return fail(&objective, "must be 'cost' or 'time'");

@@ -32,10 +32,16 @@ struct Options {
   int measure_every = 50;
   // Steps ignored after start-up and after every configuration change (warm-up, allocations).
   int warmup_steps = 3;
-  // Decay of the exponential moving averages of |G|^2 and tr(Sigma), per step, in [0, 1).
-  double gns_ema = 0.95;
+  // Gradient-noise smoothing (hooks/gns.h): the relative standard error the smoothed |G|^2 and
+  // tr(Sigma) aim for (> 0), and the longest effective window in steps (>= 8). The window follows
+  // the per-step estimates' own variance between 8 steps and gns_max_window.
+  double gns_target_error = 0.05;
+  double gns_max_window = 1000;
   // Largest local (per-replica, per micro-step) batch the tuner may propose; 0 = no limit.
   int max_local_batch = 0;
+  // Observe, then grow: the largest global batch proposed, as a multiple of the largest batch the
+  // job has run (search::RecommendOptions::max_batch_growth). >= 1, or 0 = no bound.
+  double max_batch_growth = 4;
   // Seconds between background refits of the models and searches (tuner, later issues).
   double refit_seconds = 30;
   // What the tuner optimises: "cost" (cheapest to finish) or "time" (fastest to finish).

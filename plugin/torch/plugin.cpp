@@ -30,7 +30,7 @@ nlohmann::json StatsJson(const hooks::RunningStats& s) {
 Plugin::Plugin(runtime::Options options, core::LaunchEnv launch)
     : opt_(std::move(options)),
       launch_(std::move(launch)),
-      gns_(hooks::GnsOptions{opt_.gns_ema, 0}) {}
+      gns_(hooks::GnsOptions{opt_.gns_target_error, opt_.gns_max_window, 8, 0}) {}
 
 Plugin::~Plugin() { Finish(); }
 
@@ -480,6 +480,8 @@ void Plugin::EndInterval() {
                           {"grad_var", g.valid ? Finite(g.grad_var) : nlohmann::json()},
                           {"base_batch", g.base_batch},
                           {"noise_scale", g.valid ? Finite(g.noise_scale()) : nlohmann::json()},
+                          {"noise_log_sigma", g.valid ? Finite(g.log_sigma) : nlohmann::json()},
+                          {"gns_window", g.window},
                           {"biased", g.biased},
                           {"gns_steps", g.steps},
                           {"skipped_steps", g.skipped}};

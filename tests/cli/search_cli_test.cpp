@@ -100,7 +100,7 @@ TEST(RecommendCli, JsonHasTheDocumentedFieldsAndTheLibrarysNumbers) {
   EXPECT_EQ(j["objective"], "cost");
   EXPECT_TRUE(j["action"] == "keep" || j["action"] == "switch" || j["action"] == "measure");
   EXPECT_FALSE(j["reason"].get<std::string>().empty());
-  EXPECT_GT(j["candidates_evaluated"].get<size_t>(), 100000u);
+  EXPECT_GT(j["candidates_evaluated"].get<size_t>(), 50000u);  // batches within the growth bound
   EXPECT_NE(j["catalog"].get<std::string>().find("embedded"), std::string::npos);
   ExpectEvaluationFields(j["current"], "current");
   ExpectEvaluationFields(j["proposed"], "proposed");

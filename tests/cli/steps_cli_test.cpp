@@ -33,7 +33,7 @@ TEST(StepsCli, PredictsWithUncertaintyAndDrift) {
   EXPECT_EQ(r.err, "");
   auto j = nlohmann::json::parse(r.out);
   const double it = j.at("iterations").get<double>();
-  EXPECT_LT(std::abs(it - 3178) / 3178, 0.09) << it;
+  EXPECT_LT(std::abs(it - 3178) / 3178, 0.15) << it;  // the target: max 15 %
   EXPECT_GT(j.at("log_sigma").get<double>(), 0);
   EXPECT_LT(j.at("iterations_low").get<double>(), it);
   EXPECT_GT(j.at("iterations_high").get<double>(), it);

@@ -108,8 +108,8 @@ std::vector<NoiseObservation> Synthetic(const std::vector<double>& batches, doub
 }
 
 TEST(EfficiencyFit, RecoversSyntheticDriftFromTwoBatches) {
-  EfficiencyFitOptions opt;  // gamma fixed at its prior 0.8 = the truth here
-  EfficiencyModel m = FitEfficiency(Synthetic({64, 128}, 0.8, 0.01), opt);
+  EfficiencyFitOptions opt;  // gamma fixed at its prior 1.0 = the truth here
+  EfficiencyModel m = FitEfficiency(Synthetic({64, 128}, 1.0, 0.01), opt);
   EXPECT_FALSE(m.single_batch());
   EXPECT_FALSE(m.drift_exponent_fitted());
   EXPECT_EQ(m.base_batch(), 64);
@@ -122,30 +122,94 @@ TEST(EfficiencyFit, RecoversSyntheticDriftFromTwoBatches) {
   // The noise scale at batches never run (8x, 32x B0) is predicted within a few percent.
   for (double b : {512.0, 2048.0})
     for (double p : {200.0, 500.0, 800.0})
-      EXPECT_NEAR(m.NoiseRatioAt(b, p) / TrueRatio(p, b / 64, 0.8), 1.0, 0.06) << b << " " << p;
+      EXPECT_NEAR(m.NoiseRatioAt(b, p) / TrueRatio(p, b / 64, 1.0), 1.0, 0.06) << b << " " << p;
 }
 
 TEST(EfficiencyFit, FitsTheExponentFromThreeBatches) {
   EfficiencyFitOptions opt;
   EfficiencyModel m = FitEfficiency(Synthetic({64, 128, 512}, 0.6, 0.01), opt);
   EXPECT_TRUE(m.drift_exponent_fitted());
-  // Pulled from the prior (0.8) most of the way to the truth (0.6).
+  // Pulled from the prior (1.0) most of the way to the truth (0.6).
   EXPECT_NEAR(m.drift_exponent(), 0.6, 0.12);
-  EXPECT_LT(m.drift_exponent(), 0.72);
+  EXPECT_LT(m.drift_exponent(), 0.75);
   opt.fit_drift_exponent = false;
   EfficiencyModel fixed = FitEfficiency(Synthetic({64, 128, 512}, 0.6, 0.01), opt);
   EXPECT_FALSE(fixed.drift_exponent_fitted());
-  EXPECT_DOUBLE_EQ(fixed.drift_exponent(), 0.8);
+  EXPECT_DOUBLE_EQ(fixed.drift_exponent(), 1.0);
+}
+
+// Steps from progress 10 to 1000 at s x B0 under the synthetic truth (fine midpoint rule).
+double TrueSteps(double s, double gamma) {
+  double steps = 0;
+  const int n = 20000;
+  for (int i = 0; i < n; ++i) {
+    const double p = 10 + (990.0 * (i + 0.5)) / n;
+    steps += (990.0 / n) / GainFromRatio(TrueRatio(p, s, gamma), s);
+  }
+  return steps;
+}
+
+// The uncertainty of a prediction grows with log(B / B_max observed), and covers a truth whose
+// drift the observations cannot pin down: exponent 0.4 (slow saturation: the noise scale keeps
+// growing far beyond the observed batches) while the fit, from two batches, keeps its prior 1.0.
+TEST(EfficiencyFit, UncertaintyGrowsWithTheBatchRatioAndCoversADriftingTruth) {
+  const double gamma = 0.4;
+  EfficiencyModel m = FitEfficiency(Synthetic({64, 128}, gamma, 0.01));
+  ASSERT_FALSE(m.drift_exponent_fitted());
+  EXPECT_EQ(m.max_observed_batch(), 128);
+  double last_sigma = 0;
+  int within1 = 0, n = 0;
+  for (double s : {2.0, 4.0, 8.0, 16.0, 32.0, 64.0}) {
+    const auto pred = m.StepsToProgress(64 * s, 10, 1000);
+    EXPECT_GT(pred.log_sigma, last_sigma) << s;  // grows with the ratio
+    last_sigma = pred.log_sigma;
+    const double err = std::abs(std::log(pred.steps / TrueSteps(s, gamma)));
+    EXPECT_LE(err, 2 * pred.log_sigma) << "s " << s << " sigma " << pred.log_sigma;
+    within1 += err <= pred.log_sigma;
+    ++n;
+  }
+  EXPECT_GE(within1, n - 1);
+  // Sequential: observe the k smallest batches (doublings), predict the next one.
+  std::vector<double> batches = {64, 128};
+  for (double next = 256; next <= 4096; next *= 2) {
+    EfficiencyModel seq = FitEfficiency(Synthetic(batches, gamma, 0.01));
+    const auto pred = seq.StepsToProgress(next, 10, 1000);
+    const double err = std::abs(std::log(pred.steps / TrueSteps(next / 64, gamma)));
+    EXPECT_LE(err, 2 * pred.log_sigma) << next << " sigma " << pred.log_sigma;
+    EXPECT_LT(err, 0.15) << next;
+    batches.push_back(next);
+  }
+  // Within the observed batches the growth term is zero: only the floor and the fit's noise.
+  EXPECT_LT(m.StepsToProgress(128, 10, 1000).log_sigma, m.StepsToProgress(256, 10, 1000).log_sigma);
+}
+
+// The noise state's own sampling error enters the plain theory's predictions.
+TEST(Efficiency, FromNoiseCarriesTheNoiseStatesSamplingError) {
+  NoiseState s;
+  s.grad_sqr = 1;
+  s.grad_var = 10;
+  s.base_batch = 32;
+  const double exact = EfficiencyModel::FromNoise(s).StepsToProgress(512, 0, 1000).log_sigma;
+  s.log_sigma = 0.3;
+  const double noisy = EfficiencyModel::FromNoise(s).StepsToProgress(512, 0, 1000).log_sigma;
+  // Added in quadrature through the steps' sensitivity to r = 10 at s = 16:
+  // 10/11 - (10/16)/(10/16 + 1) = 0.5245.
+  EXPECT_NEAR(noisy * noisy - exact * exact, std::pow(0.3 * 0.524476, 2), 1e-4);
+  // At the measured batch the gain is 1 whatever the noise: no extra uncertainty.
+  EXPECT_NEAR(
+      EfficiencyModel::FromNoise(s).StepsToProgress(32, 0, 1000).log_sigma,
+      EfficiencyModel::FromNoise(NoiseState{1, 10, 32}).StepsToProgress(32, 0, 1000).log_sigma,
+      1e-12);
 }
 
 TEST(EfficiencyFit, StepsMatchTheTrueIntegral) {
-  EfficiencyModel m = FitEfficiency(Synthetic({64, 128}, 0.8, 0.0));
+  EfficiencyModel m = FitEfficiency(Synthetic({64, 128}, 1.0, 0.0));
   // Steps at 16x B0 from the true drift (fine midpoint rule).
   double truth = 0;
   const int n = 20000;
   for (int i = 0; i < n; ++i) {
     const double p = 10 + (990.0 * (i + 0.5)) / n;
-    truth += (990.0 / n) / GainFromRatio(TrueRatio(p, 16, 0.8), 16);
+    truth += (990.0 / n) / GainFromRatio(TrueRatio(p, 16, 1.0), 16);
   }
   auto pred = m.StepsToProgress(1024, 10, 1000);
   EXPECT_NEAR(pred.steps / truth, 1.0, 0.02);
@@ -322,13 +386,14 @@ struct Case {
 TEST(EfficiencyOnPolluxTraces, PredictsStepsAtLargerBatchesFromTheTwoSmallest) {
   CLOUDTUNE_NEEDS_SHARED_DATA();
   const std::string dir = std::string(CLOUDTUNE_SHARED_DIR) + "/data/traces/pollux-t4/";
-  // Measured with this model: cifar10 2048 5.0%, 4096 2.6%; imagenet 12800 5.6%; bert 384 0.8%;
-  // ncf 32768 1.0%. The plain theory is off by 45%, 72%, 56%, 53%, 16%.
-  const Case cases[] = {{"cifar10", 128, 256, 2048, 0.09},
-                        {"cifar10", 128, 256, 4096, 0.08},
-                        {"imagenet", 200, 400, 12800, 0.08},
-                        {"bert", 12, 24, 384, 0.05},
-                        {"ncf", 256, 512, 32768, 0.05}};
+  // The gate is the target (max 15 %), not the last measurement: with the drift exponent's prior
+  // from theory (1.0) rather than chosen on these files, cifar10 2048 is 9.5 % and 4096 11.7 % off.
+  // The plain theory is off by 45%, 72%, 56%, 53%, 16%.
+  const Case cases[] = {{"cifar10", 128, 256, 2048, 0.15},
+                        {"cifar10", 128, 256, 4096, 0.15},
+                        {"imagenet", 200, 400, 12800, 0.15},
+                        {"bert", 12, 24, 384, 0.15},
+                        {"ncf", 256, 512, 32768, 0.15}};
   for (const Case& c : cases) {
     auto path = [&](int b) { return dir + c.model + "/validation-" + std::to_string(b) + ".csv"; };
     auto obs = ReadValidationTrace(path(c.b0), c.b0);

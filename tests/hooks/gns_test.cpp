@@ -17,13 +17,13 @@ using Vec = std::vector<double>;
 struct Problem {
   std::vector<Vec> grads;
   double true_sqr = 0, true_var = 0;  // |G|^2, tr(Σ₁)
-  explicit Problem(int n = 4096, int d = 16, unsigned seed = 7) {
+  explicit Problem(int n = 4096, int d = 16, unsigned seed = 7, double offset = 0.5) {
     std::mt19937_64 rng(seed);
     std::normal_distribution<double> N(0, 1);
     Vec w_true(d), w(d);
     for (int j = 0; j < d; ++j) {
       w_true[j] = N(rng);
-      w[j] = w_true[j] + 0.5;  // away from the optimum: a real mean gradient
+      w[j] = w_true[j] + offset;  // away from the optimum: a real mean gradient
     }
     Vec mean(d, 0);
     for (int i = 0; i < n; ++i) {
@@ -60,35 +60,44 @@ double Sqr(const Vec& v) {
   return s;
 }
 
-// Runs `steps` optimizer steps with `count` micro-batch gradients of b samples each.
-GnsState Simulate(const Problem& p, int count, int b, int steps, double ema) {
-  std::mt19937_64 rng(11);
-  GnsEstimator est(GnsOptions{ema, 0});
-  for (int t = 0; t < steps; ++t) {
-    Vec avg(p.grads[0].size(), 0);
-    double local = 0;
-    for (int k = 0; k < count; ++k) {
-      Vec g = p.MicroBatch(rng, b);
-      local += Sqr(g) / count;
-      for (size_t j = 0; j < avg.size(); ++j) avg[j] += g[j] / count;
-    }
-    EXPECT_TRUE(est.Update({local, Sqr(avg), count, static_cast<double>(b), false}));
+// One step's sample: `count` micro-batch gradients of b samples each.
+GnsSample Step(const Problem& p, std::mt19937_64& rng, int count, int b) {
+  Vec avg(p.grads[0].size(), 0);
+  double local = 0;
+  for (int k = 0; k < count; ++k) {
+    Vec g = p.MicroBatch(rng, b);
+    local += Sqr(g) / count;
+    for (size_t j = 0; j < avg.size(); ++j) avg[j] += g[j] / count;
   }
+  return {local, Sqr(avg), count, static_cast<double>(b), false};
+}
+
+// Runs `steps` optimizer steps with `count` micro-batch gradients of b samples each.
+GnsState Simulate(const Problem& p, int count, int b, int steps, GnsOptions o = {}) {
+  std::mt19937_64 rng(11);
+  GnsEstimator est(o);
+  for (int t = 0; t < steps; ++t) EXPECT_TRUE(est.Update(Step(p, rng, count, b)));
   return est.State();
 }
 
 TEST(GnsOptions, DefaultsAreValid) {
   std::string err;
   EXPECT_TRUE(GnsOptions{}.IsValid(&err)) << err;
-  EXPECT_FALSE((GnsOptions{1.0, 0}.IsValid(&err)));
-  EXPECT_NE(err.find("ema"), std::string::npos);
+  GnsOptions o;
+  o.target_error = 0;
+  EXPECT_FALSE(o.IsValid(&err));
+  EXPECT_EQ(err, "GnsOptions::target_error must be > 0, got 0.000000");
+  o = {};
+  o.max_window = 4;
+  EXPECT_FALSE(o.IsValid(&err));
+  EXPECT_NE(err.find("max_window must be >= min_window"), std::string::npos) << err;
 }
 
 TEST(Gns, FourReplicasMatchGroundTruth) {
   Problem p;
   ASSERT_GT(p.true_sqr, 0);
   const int b = 32;
-  GnsState s = Simulate(p, /*count=*/4, b, 3000, 0.995);
+  GnsState s = Simulate(p, /*count=*/4, b, 3000);
   ASSERT_TRUE(s.valid);
   EXPECT_FALSE(s.biased);
   EXPECT_EQ(s.base_batch, 4 * b);
@@ -100,7 +109,7 @@ TEST(Gns, FourReplicasMatchGroundTruth) {
 TEST(Gns, OneReplicaTwoAccumulationStepsMatchGroundTruth) {
   Problem p;
   const int b = 32;
-  GnsState s = Simulate(p, /*count=*/2, b, 3000, 0.995);
+  GnsState s = Simulate(p, /*count=*/2, b, 3000);
   ASSERT_TRUE(s.valid);
   EXPECT_NEAR(s.grad_sqr, p.true_sqr, 0.10 * p.true_sqr);
   EXPECT_NEAR(s.grad_var * s.base_batch, p.true_var, 0.10 * p.true_var);
@@ -115,7 +124,9 @@ TEST(Gns, RawEstimateIsUnbiasedFormula) {
 }
 
 TEST(Gns, FirstStepIsBiasCorrected) {
-  GnsEstimator est(GnsOptions{0.9, 8});
+  GnsOptions o;
+  o.base_batch = 8;
+  GnsEstimator est(o);
   ASSERT_TRUE(est.Update({3.0, 2.0, 4, 2, false}));
   double g = 0, v = 0;
   GnsEstimator::Estimate({3.0, 2.0, 4, 2, false}, &g, &v);
@@ -135,7 +146,7 @@ TEST(Gns, ConsecutiveStepsModeIsFlaggedBiased) {
 }
 
 TEST(Gns, NonFiniteStepsAreSkippedAndCounted) {
-  GnsEstimator est(GnsOptions{0.5, 0});
+  GnsEstimator est;
   ASSERT_TRUE(est.Update({3.0, 2.0, 4, 2, false}));
   const GnsState before = est.State();
   EXPECT_FALSE(est.Update({std::nan(""), 2.0, 4, 2, false}));
@@ -147,6 +158,62 @@ TEST(Gns, NonFiniteStepsAreSkippedAndCounted) {
   EXPECT_DOUBLE_EQ(after.grad_sqr, before.grad_sqr);
   EXPECT_DOUBLE_EQ(after.grad_var, before.grad_var);
   EXPECT_TRUE(std::isfinite(after.noise_scale()));
+}
+
+// Two workers (count 2), the example's case: one step's |G|^2 estimate scatters by many times
+// its mean. The window grows until the smoothed values reach the target error, so the noise scale
+// of consecutive records (every 50 steps) varies by <= 15 % (CV), and the reported log_sigma says
+// how uncertain it is.
+TEST(Gns, WindowFollowsTheEstimatorsVarianceAndRecordsDoNotFlip) {
+  Problem p;
+  std::mt19937_64 rng(3);
+  GnsEstimator est;
+  std::vector<double> phi;
+  for (int t = 1; t <= 30000; ++t) {
+    ASSERT_TRUE(est.Update(Step(p, rng, 2, 32)));
+    if (t % 50 == 0 && t > 5000) phi.push_back(est.State().noise_scale());
+  }
+  const GnsState s = est.State();
+  EXPECT_GT(s.window, 50);  // far longer than 20 steps (the EMA of decay 0.95 it replaces)
+  EXPECT_LE(s.window, GnsOptions{}.max_window + 1e-9);
+  EXPECT_GT(s.log_sigma, 0);
+  EXPECT_LT(s.log_sigma, 0.2);
+  double sum = 0, sum2 = 0;
+  for (size_t i = 1; i < phi.size(); ++i) {
+    const double d = phi[i] / phi[i - 1] - 1;
+    sum += d, sum2 += d * d;
+  }
+  const double n = phi.size() - 1, cv = std::sqrt(sum2 / n - (sum / n) * (sum / n));
+  EXPECT_LE(cv, 0.15);
+  const double truth = p.true_var / p.true_sqr;
+  EXPECT_NEAR(s.noise_scale(), truth, 0.25 * truth);
+  // Less noise per step (8 gradients of 128 samples): a shorter window suffices.
+  GnsEstimator quiet;
+  for (int t = 0; t < 5000; ++t) ASSERT_TRUE(quiet.Update(Step(p, rng, 8, 128)));
+  EXPECT_LT(quiet.State().window, s.window);
+}
+
+// A step change in the true gradient (the run moves to other weights): the smoothed |G|^2 follows
+// within 2.5 windows (the window in force before the change; an exponential average reaches 90 %
+// of a step in 1.15 windows, the rest is the new window's sampling noise).
+TEST(Gns, StepChangeIsTrackedWithinTheStatedSteps) {
+  const Problem before, after(4096, 16, 7, 1.5);
+  ASSERT_GT(after.true_sqr, 4 * before.true_sqr);
+  std::mt19937_64 rng(5);
+  GnsEstimator est;
+  for (int t = 0; t < 8000; ++t) ASSERT_TRUE(est.Update(Step(before, rng, 4, 32)));
+  ASSERT_NEAR(est.State().grad_sqr, before.true_sqr, 0.2 * before.true_sqr);
+  const double window = est.State().window;
+  int tracked_at = -1;
+  for (int t = 1; t <= 20000 && tracked_at < 0; ++t) {
+    ASSERT_TRUE(est.Update(Step(after, rng, 4, 32)));
+    if (std::abs(est.State().grad_sqr / after.true_sqr - 1) < 0.2) tracked_at = t;
+  }
+  ASSERT_GT(tracked_at, 0);
+  EXPECT_LE(tracked_at, 2.5 * window) << "window " << window;
+  // ... and stays there.
+  for (int t = 0; t < 3000; ++t) ASSERT_TRUE(est.Update(Step(after, rng, 4, 32)));
+  EXPECT_NEAR(est.State().grad_sqr, after.true_sqr, 0.2 * after.true_sqr);
 }
 
 TEST(Gns, NoStepsMeansNoEstimate) {

@@ -32,7 +32,7 @@ runtime::Options OnOptions(const fs::path& dir) {
   o.profile = (dir / "p.csv").string();
   o.measure_every = 10;
   o.warmup_steps = 2;
-  o.gns_ema = 0.9;
+  o.gns_max_window = 20;
   o.log_level = "error";
   return o;
 }

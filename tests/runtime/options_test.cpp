@@ -39,7 +39,7 @@ TEST(Options, ReadsEveryKindOfField) {
   Options o = FromMap({{"CLOUDTUNE", "1"},
                        {"CLOUDTUNE_SIDECAR", "/tmp/s.jsonl"},
                        {"CLOUDTUNE_MEASURE_EVERY", "7"},
-                       {"CLOUDTUNE_GNS_EMA", "0.5"},
+                       {"CLOUDTUNE_GNS_TARGET_ERROR", "0.1"},
                        {"CLOUDTUNE_OBJECTIVE", "time"},
                        {"CLOUDTUNE_HTTP", "127.0.0.1:8080"}},
                       &err);
@@ -47,7 +47,7 @@ TEST(Options, ReadsEveryKindOfField) {
   EXPECT_TRUE(o.enabled);
   EXPECT_EQ(o.sidecar, "/tmp/s.jsonl");
   EXPECT_EQ(o.measure_every, 7);
-  EXPECT_EQ(o.gns_ema, 0.5);
+  EXPECT_EQ(o.gns_target_error, 0.1);
   EXPECT_EQ(o.objective, "time");
   EXPECT_TRUE(o.IsValid(&err)) << err;
 }
@@ -58,8 +58,8 @@ TEST(Options, UnparsableValueNamesVariableAndValue) {
   EXPECT_NE(err.find("CLOUDTUNE_MEASURE_EVERY='often'"), std::string::npos) << err;
   FromMap({{"CLOUDTUNE", "maybe"}}, &err);
   EXPECT_NE(err.find("CLOUDTUNE='maybe'"), std::string::npos) << err;
-  FromMap({{"CLOUDTUNE_GNS_EMA", "nan"}}, &err);
-  EXPECT_NE(err.find("CLOUDTUNE_GNS_EMA"), std::string::npos) << err;
+  FromMap({{"CLOUDTUNE_GNS_TARGET_ERROR", "nan"}}, &err);
+  EXPECT_NE(err.find("CLOUDTUNE_GNS_TARGET_ERROR"), std::string::npos) << err;
 }
 
 TEST(Options, OutOfRangeValueNamesVariableAndValue) {
@@ -67,7 +67,7 @@ TEST(Options, OutOfRangeValueNamesVariableAndValue) {
     const char* var;
     const char* value;
   };
-  for (Case c : {Case{"CLOUDTUNE_MEASURE_EVERY", "0"}, Case{"CLOUDTUNE_GNS_EMA", "1"},
+  for (Case c : {Case{"CLOUDTUNE_MEASURE_EVERY", "0"}, Case{"CLOUDTUNE_GNS_MAX_WINDOW", "4"},
                  Case{"CLOUDTUNE_OBJECTIVE", "speed"}, Case{"CLOUDTUNE_HTTP", "localhost"},
                  Case{"CLOUDTUNE_HTTP", "h:99999"}, Case{"CLOUDTUNE_BUDGET_USD", "-3"},
                  Case{"CLOUDTUNE_LOG_LEVEL", "loud"}, Case{"CLOUDTUNE_SIDECAR", ""},
@@ -92,7 +92,7 @@ TEST(Options, EnvTableListsEveryVariableOnceWithItsDefault) {
   }
   for (const char* need :
        {"CLOUDTUNE_SIDECAR", "CLOUDTUNE_PROFILE", "CLOUDTUNE_INSTANCE_TYPE",
-        "CLOUDTUNE_MEASURE_EVERY", "CLOUDTUNE_GNS_EMA", "CLOUDTUNE_MAX_LOCAL_BATCH",
+        "CLOUDTUNE_MEASURE_EVERY", "CLOUDTUNE_GNS_TARGET_ERROR", "CLOUDTUNE_MAX_LOCAL_BATCH",
         "CLOUDTUNE_REFIT_SECONDS", "CLOUDTUNE_OBJECTIVE", "CLOUDTUNE_DEADLINE_HOURS",
         "CLOUDTUNE_BUDGET_USD", "CLOUDTUNE_TARGET_PROGRESS", "CLOUDTUNE_CATALOG", "CLOUDTUNE_HTTP",
         "CLOUDTUNE_STATE", "CLOUDTUNE_PREEMPTION_URL", "CLOUDTUNE_PREEMPTION_POLL_SECONDS",

@@ -163,6 +163,67 @@ TEST(Search, SwitchingCostIsCharged) {
   EXPECT_NEAR(e.hours - Evaluate(p, other).hours, p.cost.switch_s / 3600, 1e-12);
 }
 
+// Observe, then grow: with a noise scale far above every batch, the fastest configuration is the
+// largest batch; the search proposes at most max_batch_growth x the largest observed batch, and
+// goes further once the job has run (observed) the batch it proposed.
+TEST(Search, GrowsTheBatchOnlyAsFarAsTheEvidence) {
+  Catalog c = SmallCatalog();
+  SearchProblem p = Problem(c);
+  p.objective.goal = Goal::kTime;
+  Config cur;
+  cur.type = "t4x1";
+  cur.local_bsz = 16;
+  p.current = &cur;
+  p.space.max_batch_growth = 0;  // no bound
+  p.space.observed_batch = 16;
+  const long long unbounded = Search(p).top[0].config.global_batch();
+  ASSERT_GT(unbounded, 4 * 16 * 4);  // the extrapolation alone would jump far
+  p.space.max_batch_growth = 4;
+  EXPECT_EQ(p.space.GrowthBound(cur.global_batch()), 64);
+  long long observed = 16;
+  std::vector<long long> proposed;
+  for (int decision = 0; decision < 6; ++decision) {
+    p.space.observed_batch = static_cast<double>(observed);
+    SearchResult r = Search(p);
+    ASSERT_FALSE(r.top.empty());
+    for (const Evaluation& e : r.top) EXPECT_LE(e.config.global_batch(), 4 * observed);
+    proposed.push_back(r.top[0].config.global_batch());
+    EXPECT_GT(proposed.back(), observed) << "decision " << decision;  // grows after observing
+    EXPECT_LE(proposed.back(), unbounded);
+    observed = std::max(observed, proposed.back());  // the job runs it
+    if (observed == unbounded) break;
+  }
+  EXPECT_EQ(proposed.back(), unbounded) << "reaches the unbounded optimum step by step";
+  EXPECT_GE(proposed.size(), 2u);
+  // The current configuration's batch is never cut off, even above the bound.
+  cur.local_bsz = 64;
+  cur.type = "t4x4";
+  cur.gpus_per_node = 4;
+  p.space.observed_batch = 16;
+  EXPECT_EQ(p.space.GrowthBound(cur.global_batch()), cur.global_batch());
+  bool current_seen = false;
+  p.candidates = {cur};
+  Config small = cur;
+  small.local_bsz = 8;
+  p.candidates.push_back(small);
+  for (const Evaluation& e : Search(p).top) current_seen = current_seen || e.config == cur;
+  EXPECT_TRUE(current_seen);
+  // Explicit candidates obey the bound, but the smallest is always kept.
+  p.current = nullptr;
+  Config big = cur;
+  big.nodes = 4;
+  p.candidates = {big};
+  SearchResult only = Search(p);
+  ASSERT_FALSE(only.top.empty());
+  EXPECT_EQ(only.top[0].config.global_batch(), big.global_batch());
+  p.candidates.push_back(small);
+  for (const Evaluation& e : Search(p).top) EXPECT_NE(e.config.nodes, 4);
+  std::string err;
+  p.space.max_batch_growth = 0.5;
+  EXPECT_FALSE(p.space.IsValid(&err));
+  EXPECT_EQ(err, "max_batch_growth must be >= 1, or 0 (no bound)");
+}
+
 TEST(Search, ParetoFrontIsNonDominated) {
   Catalog c = SmallCatalog();
   SearchProblem p = Problem(c);
