@@ -387,7 +387,7 @@ TEST(EfficiencyOnPolluxTraces, PredictsStepsAtLargerBatchesFromTheTwoSmallest) {
   CLOUDTUNE_NEEDS_SHARED_DATA();
   const std::string dir = std::string(CLOUDTUNE_SHARED_DIR) + "/data/traces/pollux-t4/";
   // The gate is the target (max 15 %), not the last measurement: with the drift exponent's prior
-  // from theory (1.0) rather than chosen on these files, cifar10 2048 is 9.5 % and 4096 11.7 % off.
+  // from theory (1.0) rather than chosen on these files, cifar10 2048 is 9.4 % and 4096 11.7 % off.
   // The plain theory is off by 45%, 72%, 56%, 53%, 16%.
   const Case cases[] = {{"cifar10", 128, 256, 2048, 0.15},
                         {"cifar10", 128, 256, 4096, 0.15},
