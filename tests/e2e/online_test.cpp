@@ -360,14 +360,13 @@ TEST(Online, SlowedWorkerIsReportedAsStraggler) {
   EXPECT_GT(recs[0]["ratio"].get<double>(), 1.15);
   EXPECT_GT(recs[0]["factor"].get<double>(), 1.0);
   EXPECT_EQ(CountLines(log, "cloudtune: straggler: rank 1"), 1) << log;
-  // Later recommendations account for it.
+  // A recommendation accounts for it. (Its step is the snapshot it was computed from, which may
+  // precede the straggler record's step when the detection arrived while the tuner was working.)
   bool accounted = false;
   for (const auto& r : Records(dir / "cloudtune.sidecar.jsonl", "recommendation"))
-    if (r["step"].get<long long>() >=
-        recs[0]["step"].get<long long>())  // its own trigger, or later
-      accounted =
-          accounted || (r["straggler_factor"].get<double>() > 1 &&
-                        r["reason"].get<std::string>().find("straggler") != std::string::npos);
+    accounted =
+        accounted || (r["straggler_factor"].get<double>() > 1 &&
+                      r["reason"].get<std::string>().find("straggler") != std::string::npos);
   EXPECT_TRUE(accounted) << log;
 }
 

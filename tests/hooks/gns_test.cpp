@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <iostream>
 #include <random>
 #include <vector>
 
@@ -191,6 +192,46 @@ TEST(Gns, WindowFollowsTheEstimatorsVarianceAndRecordsDoNotFlip) {
   GnsEstimator quiet;
   for (int t = 0; t < 5000; ++t) ASSERT_TRUE(quiet.Update(Step(p, rng, 8, 128)));
   EXPECT_LT(quiet.State().window, s.window);
+}
+
+// Feeds per-step values directly: with count 2 and micro_batch 1, |G|^2 = 2·avg − local and
+// tr(Σ₁) = 2·(local − avg), so local = G + T and avg = G + T/2.
+GnsSample Values(double g, double t) { return {g + t, g + t / 2, 2, 1.0, false}; }
+
+// The effective-sample-size rule on synthetic i.i.d. per-step values (|G|^2 scattering by 100 %
+// of its mean, tr(Σ) by 50 %): the window settles at var/(target²·mean²) = 400 steps, the spread
+// of the smoothed |G|^2 between independent times is the target (5 %), and the reported
+// log_sigma says so.
+TEST(Gns, EffectiveSampleSizeBringsTheSpreadToTheTarget) {
+  std::mt19937_64 rng(17);
+  std::normal_distribution<double> N(0, 1);
+  GnsEstimator est;
+  std::vector<double> sqr, log_phi, sigma;
+  for (int t = 1; t <= 300000; ++t) {
+    ASSERT_TRUE(est.Update(Values(2.0 * (1 + N(rng)), 50.0 * (1 + 0.5 * N(rng)))));
+    if (t % 3000 == 0) {  // far more than a window apart: independent
+      const GnsState st = est.State();
+      sqr.push_back(st.grad_sqr);
+      log_phi.push_back(std::log(st.noise_scale()));
+      sigma.push_back(st.log_sigma);
+    }
+  }
+  EXPECT_NEAR(est.State().window, 400, 60);
+  auto spread = [](const std::vector<double>& v, bool relative) {
+    double m = 0, m2 = 0;
+    for (double x : v) m += x / v.size();
+    for (double x : v) m2 += (x - m) * (x - m) / (v.size() - 1);
+    return std::sqrt(m2) / (relative ? m : 1.0);
+  };
+  EXPECT_NEAR(spread(sqr, true), 0.05, 0.012);  // 100 samples: the spread's own error is ~7 %
+  double mean_sigma = 0;
+  for (double x : sigma) mean_sigma += x / sigma.size();
+  // Expected sqrt(0.05² + 0.025²) = 0.056; the observed spread of log(φ) agrees.
+  EXPECT_NEAR(mean_sigma, 0.056, 0.008);
+  EXPECT_NEAR(spread(log_phi, false) / mean_sigma, 1.0, 0.25);
+  std::cout << "window " << est.State().window << ", spread of |G|^2 " << spread(sqr, true)
+            << ", log_sigma " << mean_sigma << ", spread of log(phi) " << spread(log_phi, false)
+            << "\n";
 }
 
 // A step change in the true gradient (the run moves to other weights): the smoothed |G|^2 follows
