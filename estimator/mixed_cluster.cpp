@@ -4,15 +4,36 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "estimator/core/error.h"
 
 namespace cloudtune::estimator {
 
+struct MixedClusterPredictor::Cache {
+  std::map<std::string, ThroughputModel> models;
+  // Compute time by (type, nodes, replicas, local batch).
+  std::map<std::tuple<std::string, int, int, long long>, double> compute;
+};
+
+MixedClusterPredictor::MixedClusterPredictor(const CrossTypeThroughputModel& model,
+                                             const std::map<std::string, Hardware>& hardware)
+    : model_(model), hardware_(hardware), cache_(new Cache) {}
+
+MixedClusterPredictor::~MixedClusterPredictor() { delete cache_; }
+
 MixedStepPrediction PredictMixed(const CrossTypeThroughputModel& model,
                                  const std::vector<ClusterPart>& parts, long long global_batch,
                                  const std::map<std::string, Hardware>& hardware) {
+  MixedClusterPredictor p(model, hardware);
+  return p.Predict(parts, global_batch);
+}
+
+MixedStepPrediction MixedClusterPredictor::Predict(const std::vector<ClusterPart>& parts,
+                                                   long long global_batch) {
+  const CrossTypeThroughputModel& model = model_;
+  const std::map<std::string, Hardware>& hardware = hardware_;
   if (parts.empty()) throw InputError("mixed cluster: no parts");
   long long replicas = 0;
   int nodes = 0;
@@ -28,20 +49,35 @@ MixedStepPrediction PredictMixed(const CrossTypeThroughputModel& model,
                      " is smaller than its " + std::to_string(replicas) +
                      " replicas (each needs a sample)");
   const int n = static_cast<int>(parts.size());
-  std::vector<ThroughputModel> models;
+  std::vector<const ThroughputModel*> models;
   for (const auto& p : parts) {
-    auto hw = hardware.find(p.instance_type);
-    models.push_back(model.ModelFor(
-        p.instance_type, hw == hardware.end() ? model.hardware(p.instance_type) : hw->second));
+    auto it = cache_->models.find(p.instance_type);
+    if (it == cache_->models.end()) {
+      auto hw = hardware.find(p.instance_type);
+      it = cache_->models
+               .emplace(p.instance_type,
+                        model.ModelFor(p.instance_type, hw == hardware.end()
+                                                            ? model.hardware(p.instance_type)
+                                                            : hw->second))
+               .first;
+    }
+    models.push_back(&it->second);
   }
-  // Compute time of part i at local batch b on its own machines.
+  // Compute time of part i at local batch b on its own machines (memoised).
   auto compute = [&](int i, long long b) {
+    b = std::min<long long>(b, 1 << 30);
+    const auto key =
+        std::make_tuple(parts[i].instance_type, parts[i].nodes, parts[i].replicas(), b);
+    auto it = cache_->compute.find(key);
+    if (it != cache_->compute.end()) return it->second;
     ConfigKey k;
     k.num_nodes = parts[i].nodes;
     k.num_replicas = parts[i].replicas();
-    k.local_bsz = static_cast<int>(std::min<long long>(b, 1 << 30));
+    k.local_bsz = static_cast<int>(b);
     k.instance_type = parts[i].instance_type;
-    return models[i].Predict(k).compute_time;
+    const double t = models[i]->Predict(k).compute_time;
+    cache_->compute.emplace(key, t);
+    return t;
   };
   // The largest batch (>= 1) part i computes within t, up to `cap`.
   auto batch_within = [&](int i, double t, long long cap) {
@@ -112,7 +148,7 @@ MixedStepPrediction PredictMixed(const CrossTypeThroughputModel& model,
     k.num_replicas = static_cast<int>(replicas);
     k.local_bsz = static_cast<int>(b[i]);
     k.instance_type = parts[i].instance_type;
-    const StepPrediction p = models[i].Predict(k);
+    const StepPrediction p = models[i]->Predict(k);
     if (p.step_time > out.step_time) {
       out.step_time = p.step_time;
       out.sync_time = p.sync_time;

@@ -50,4 +50,21 @@ MixedStepPrediction PredictMixed(const CrossTypeThroughputModel& model,
                                  const std::vector<ClusterPart>& parts, long long global_batch,
                                  const std::map<std::string, Hardware>& hardware = {});
 
+// The same for many clusters (a search): keeps each type's model and every compute time it has
+// evaluated, so that balancing a cluster costs table look-ups. Not thread-safe; `model` and
+// `hardware` must outlive it.
+class MixedClusterPredictor {
+ public:
+  MixedClusterPredictor(const CrossTypeThroughputModel& model,
+                        const std::map<std::string, Hardware>& hardware = {});
+  ~MixedClusterPredictor();
+  MixedStepPrediction Predict(const std::vector<ClusterPart>& parts, long long global_batch);
+
+ private:
+  struct Cache;
+  const CrossTypeThroughputModel& model_;
+  const std::map<std::string, Hardware>& hardware_;
+  Cache* cache_;
+};
+
 }  // namespace cloudtune::estimator

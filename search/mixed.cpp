@@ -1,0 +1,255 @@
+// SearchMixed: clusters of several instance types around the single-type search's best.
+#include "search/mixed.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <set>
+#include <sstream>
+#include <tuple>
+
+#include "estimator/core/error.h"
+#include "search/cost.h"
+
+namespace cloudtune::search {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// Ranks like the single-type search: feasible first, then the objective; infeasible ones by how
+// far they miss.
+std::pair<int, double> RankOf(const MixedEvaluation& e, const ObjectiveOptions& o) {
+  if (e.feasible) return {0, e.Objective(o.goal)};
+  double miss = kInf;
+  if (std::isfinite(e.hours)) {
+    miss = 0;
+    if (o.deadline_h > 0) miss = std::max(miss, e.hours / o.deadline_h);
+    if (o.budget_usd > 0) miss = std::max(miss, e.cost / o.budget_usd);
+  }
+  return {1, miss};
+}
+
+}  // namespace
+
+int MixedConfig::replicas() const {
+  int r = 0;
+  for (const auto& p : parts) r += p.replicas();
+  return r;
+}
+
+int MixedConfig::nodes() const {
+  int n = 0;
+  for (const auto& p : parts) n += p.nodes;
+  return n;
+}
+
+std::string MixedConfig::ToString() const {
+  std::ostringstream s;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    if (i) s << " + ";
+    s << parts[i].nodes << "x " << parts[i].type << " (" << parts[i].gpus_per_node << " GPU"
+      << (parts[i].gpus_per_node == 1 ? "" : "s") << "/node) " << PurchaseName(parts[i].purchase);
+  }
+  s << ", batch " << global_batch;
+  return s.str();
+}
+
+bool MixedSearchOptions::IsValid(std::string* error) const {
+  auto fail = [&](const std::string& m) {
+    if (error) *error = m;
+    return false;
+  };
+  if (max_types < 2 || max_types > 3) return fail("max_types must be 2 or 3");
+  if (seeds < 2) return fail("seeds must be >= 2");
+  for (const auto& [type, n] : available_nodes)
+    if (n < 0) return fail("available_nodes[" + type + "] must be >= 0");
+  return true;
+}
+
+MixedEvaluation EvaluateMixed(const SearchProblem& p, const MixedConfig& c, const MixedStep& step,
+                              const Estimate& steps) {
+  MixedEvaluation e;
+  e.config = c;
+  e.local_bsz = step.local_bsz;
+  e.step_time_s = step.step.value;
+  e.steps = steps.value;
+  double rate = 0;
+  for (const auto& part : c.parts) {
+    const int i = p.catalog->Find(part.type);
+    if (i < 0) throw InputError("mixed cluster: type '" + part.type + "' is not in the catalog");
+    e.price_per_hour += HourlyPrice(p.catalog->types[i], part.nodes, part.purchase);
+    rate += ClusterRevocationRate(p.catalog->types[i], part.nodes, part.purchase);
+  }
+  if (!(step.step.value > 0) || !std::isfinite(step.step.value) || !(steps.value >= 0)) {
+    e.hours = e.cost = kInf;
+    e.feasible = false;
+    return e;
+  }
+  const double train_s = steps.value * step.step.value;
+  const double switch_s = p.current ? p.cost.switch_s : 0;  // always other hardware
+  const RunEstimate run =
+      EstimateRun(train_s / 3600.0, e.price_per_hour, rate, p.cost.checkpoint_s, p.cost.restart_s);
+  e.hours = run.hours + switch_s / 3600.0;
+  e.cost = e.hours * e.price_per_hour;
+  e.revocations = run.revocations;
+  e.log_sigma = std::hypot(step.step.log_sigma, steps.log_sigma);
+  e.feasible = !(p.objective.deadline_h > 0 && e.hours > p.objective.deadline_h) &&
+               !(p.objective.budget_usd > 0 && e.cost > p.objective.budget_usd);
+  return e;
+}
+
+MixedSearchResult SearchMixed(const SearchProblem& p, const SearchResult& single,
+                              const MixedStepFn& step, const MixedSearchOptions& options) {
+  std::string err;
+  if (!options.IsValid(&err)) throw InputError("mixed search: " + err);
+  if (!p.catalog || !p.predictor.steps || !step) throw InputError("mixed search: no predictor");
+  MixedSearchResult r;
+  auto available = [&](const std::string& type) {
+    auto it = options.available_nodes.find(type);
+    return it == options.available_nodes.end() ? p.space.max_nodes : it->second;
+  };
+  for (const Evaluation& e : single.top)
+    if (e.config.nodes <= available(e.config.type)) {
+      r.best_single = e;
+      break;
+    }
+  if (single.top.empty()) {
+    r.reason = "no single-type candidate to start from";
+    return r;
+  }
+  if (r.best_single && r.best_single->config == single.top.front().config) {
+    r.reason = "the best single-type candidate has the nodes it needs";
+    return r;
+  }
+  // Seeds: the preferred (best) candidate's hardware, then for each other type of a short list
+  // (the top list's types, then the space's types or the catalog's best TFLOPS per dollar) its
+  // best single-type candidate within the nodes available. Batches: the top list's and theirs.
+  struct Seed {
+    std::string type;
+    int gpus_per_node;
+    Purchase purchase;
+    int wants;  // nodes the single-type candidate asked for
+  };
+  std::vector<Seed> seeds;
+  std::vector<long long> batches;
+  auto add_batch = [&](long long b) {
+    if (std::find(batches.begin(), batches.end(), b) == batches.end() && batches.size() < 6)
+      batches.push_back(b);
+  };
+  const Config& front = single.top.front().config;
+  seeds.push_back({front.type, front.gpus_per_node, front.purchase, front.nodes});
+  for (const Evaluation& e : single.top) add_batch(e.config.global_batch());
+  std::vector<std::string> shortlist;
+  auto list = [&](const std::string& t) {
+    if (std::find(shortlist.begin(), shortlist.end(), t) == shortlist.end()) shortlist.push_back(t);
+  };
+  for (const Evaluation& e : single.top) list(e.config.type);
+  if (!p.space.types.empty()) {
+    for (const auto& t : p.space.types) list(t);
+  } else {
+    std::vector<std::pair<double, std::string>> by_flopp;
+    for (const InstanceType& t : p.catalog->types)
+      by_flopp.emplace_back(
+          -Flopp(*p.catalog, t,
+                 p.space.allow_spot && t.has_spot() ? Purchase::kSpot : Purchase::kOnDemand),
+          t.name);
+    std::sort(by_flopp.begin(), by_flopp.end());
+    for (const auto& [f, t] : by_flopp) list(t);
+  }
+  auto better_single = [&](const Evaluation& e) {
+    const auto rank = [&](const Evaluation& x) {
+      const MixedEvaluation m{{}, {}, 0, 0, 0, x.hours, x.cost, 0, 0, x.feasible};
+      return RankOf(m, p.objective);
+    };
+    if (!r.best_single || rank(e) < rank(*r.best_single)) r.best_single = e;
+  };
+  for (const std::string& t : shortlist) {
+    if (static_cast<int>(seeds.size()) >= options.seeds) break;
+    if (available(t) < 1) continue;
+    SearchProblem q = p;
+    q.space.types = {t};
+    q.space.max_nodes = std::min(p.space.max_nodes, available(t));
+    q.candidates.clear();
+    for (const Config& c : p.candidates)
+      if (c.type == t) q.candidates.push_back(c);
+    if (!p.candidates.empty() && q.candidates.empty()) continue;
+    q.keep_top = 1;
+    const SearchResult best = Search(q);
+    if (best.top.empty() || !std::isfinite(best.top[0].hours)) continue;
+    better_single(best.top[0]);  // the best single type within the nodes available
+    if (t == front.type) continue;
+    const Config& c = best.top[0].config;
+    seeds.push_back({t, c.gpus_per_node, c.purchase, c.nodes});
+    add_batch(c.global_batch());
+  }
+  std::optional<std::pair<int, double>> best_rank;
+  auto consider = [&](const MixedConfig& shape) {
+    if (shape.nodes() > p.space.max_nodes || shape.replicas() > p.space.max_gpus) return;
+    for (long long b : batches) {
+      if (b < shape.replicas()) continue;
+      MixedConfig c = shape;
+      c.global_batch = b;
+      const MixedStep s = step(c);
+      c.global_batch = s.global_batch > 0 ? s.global_batch : b;
+      ++r.considered;
+      MixedEvaluation e =
+          EvaluateMixed(p, c, s, p.predictor.steps(static_cast<double>(c.global_batch)));
+      const auto rank = RankOf(e, p.objective);
+      if (!best_rank || rank < *best_rank) {
+        best_rank = rank;
+        r.best = std::move(e);
+      }
+    }
+  };
+  for (size_t a = 0; a < 1; ++a) {  // the preferred type keeps what it can get
+    const int have = std::min(available(seeds[a].type), seeds[a].wants);
+    if (have >= seeds[a].wants || have < 1) continue;  // not short, or none to keep
+    const MixedPart keep{seeds[a].type, have, seeds[a].gpus_per_node, seeds[a].purchase};
+    for (size_t b = 0; b < seeds.size(); ++b) {
+      if (seeds[b].type == seeds[a].type) continue;
+      const int room = std::min(available(seeds[b].type), p.space.max_nodes - have);
+      for (int k = 1; k <= room; ++k) {
+        const MixedPart fill{seeds[b].type, k, seeds[b].gpus_per_node, seeds[b].purchase};
+        consider({{keep, fill}, 0});
+        if (options.max_types < 3 || k != room) continue;
+        // Three types: all of the second one's nodes, then a third.
+        for (size_t c = 0; c < seeds.size(); ++c) {
+          if (seeds[c].type == seeds[a].type || seeds[c].type == seeds[b].type) continue;
+          const int room3 = std::min(available(seeds[c].type), p.space.max_nodes - have - k);
+          for (int j = 1; j <= room3; ++j)
+            consider(
+                {{keep, fill, {seeds[c].type, j, seeds[c].gpus_per_node, seeds[c].purchase}}, 0});
+        }
+      }
+    }
+  }
+  if (!r.best) {
+    r.reason = "no type of the top candidates is short of nodes";
+    return r;
+  }
+  const Goal g = p.objective.goal;
+  if (!r.best->feasible) {
+    r.reason = "no mixed cluster meets the constraints";
+    return r;
+  }
+  if (!r.best_single || !r.best_single->feasible) {
+    r.proposed = true;
+    r.reason = "no single type with the nodes available meets the constraints";
+    return r;
+  }
+  // Beyond its added uncertainty: the mixed cluster's median, inflated by what it adds to the
+  // single type's log-sigma, must still beat the single type's.
+  const double added =
+      std::sqrt(std::max(0.0, r.best->log_sigma * r.best->log_sigma -
+                                  r.best_single->log_sigma * r.best_single->log_sigma));
+  const double mixed_v = r.best->Objective(g) * std::exp(added);
+  r.proposed = mixed_v < r.best_single->Objective(g);
+  std::ostringstream why;
+  why << GoalName(g) << ": mixed " << r.best->Objective(g) << " (x" << std::exp(added)
+      << " for its added uncertainty) vs best single type with the nodes available "
+      << r.best_single->Objective(g);
+  r.reason = why.str();
+  return r;
+}
+
+}  // namespace cloudtune::search

@@ -1,0 +1,152 @@
+// Mixed clusters in the search, on an analytical workload: per-type compute a + beta_t * b, an
+// all-reduce that grows with the replicas, and the steps of the plain theory.
+#include "search/mixed.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <string>
+
+#include "estimator/core/error.h"
+
+namespace cloudtune::search {
+namespace {
+
+const std::map<std::string, double> kBeta = {
+    {"g4dn.12xlarge", 4e-3}, {"g5.12xlarge", 2e-3}, {"p3.8xlarge", 1.6e-3}};  // s per sample
+constexpr double kAlpha = 0.02;
+
+double Sync(int replicas, int nodes) {
+  return replicas < 2 ? 0 : 0.01 + 0.001 * replicas + (nodes > 1 ? 0.02 : 0);
+}
+
+SearchProblem Problem(Goal goal) {
+  SearchProblem p;
+  p.catalog = &DefaultCatalog();
+  p.predictor.step_time = [](const InstanceType& t, const Config& c) {
+    const double tc = kAlpha + kBeta.at(t.name) * c.local_bsz;
+    return Estimate{tc * (c.accum_steps + 1) + Sync(c.replicas(), c.nodes), 0.05};
+  };
+  p.predictor.steps = [](double b) {
+    const double r = 2000.0 / 64, s = b / 64;
+    return Estimate{2e5 * (r / s + 1) / (r + 1), 0.05};
+  };
+  p.remaining_progress = 2e5;
+  p.objective.goal = goal;
+  p.space.max_nodes = 16;
+  p.space.max_gpus = 64;
+  p.space.types = {"g4dn.12xlarge", "g5.12xlarge", "p3.8xlarge"};
+  p.space.allow_anchor = false;
+  return p;
+}
+
+// Balanced analytically: all parts finish at t = alpha + B / sum(r_i / beta_i).
+MixedStep Balanced(const MixedConfig& c) {
+  double inv = 0;
+  for (const auto& part : c.parts) inv += part.replicas() / kBeta.at(part.type);
+  const double t = kAlpha + c.global_batch / inv;
+  MixedStep s;
+  long long sum = 0;
+  for (const auto& part : c.parts) {
+    const int b = std::max(1, static_cast<int>(std::lround((t - kAlpha) / kBeta.at(part.type))));
+    s.local_bsz.push_back(b);
+    sum += static_cast<long long>(b) * part.replicas();
+  }
+  s.global_batch = sum;
+  s.step = {t + Sync(c.replicas(), c.nodes()), 0.08};  // wider than one type's 0.05
+  return s;
+}
+
+SearchResult Top(const SearchProblem& p) {
+  SearchProblem q = p;
+  q.keep_top = 24;
+  return Search(q);
+}
+
+TEST(MixedSearch, OptionsAreValidatedAndNamed) {
+  std::string err;
+  EXPECT_TRUE(MixedSearchOptions{}.IsValid(&err)) << err;
+  MixedSearchOptions o;
+  o.max_types = 4;
+  EXPECT_FALSE(o.IsValid(&err));
+  EXPECT_EQ(err, "max_types must be 2 or 3");
+  o = {};
+  o.available_nodes["g5.12xlarge"] = -1;
+  EXPECT_FALSE(o.IsValid(&err));
+  EXPECT_EQ(err, "available_nodes[g5.12xlarge] must be >= 0");
+  const SearchProblem p = Problem(Goal::kTime);
+  EXPECT_THROW(SearchMixed(p, Top(p), Balanced, o), InputError);
+}
+
+TEST(MixedSearch, NothingToMixWhenThePreferredTypeHasItsNodes) {
+  const SearchProblem p = Problem(Goal::kTime);
+  const MixedSearchResult r = SearchMixed(p, Top(p), Balanced);
+  EXPECT_FALSE(r.proposed);
+  EXPECT_EQ(r.considered, 0u);
+  EXPECT_EQ(r.reason, "the best single-type candidate has the nodes it needs");
+}
+
+TEST(MixedSearch, ShortCapacityIsFilledWithAnotherType) {
+  const SearchProblem p = Problem(Goal::kTime);
+  const SearchResult single = Top(p);
+  ASSERT_FALSE(single.top.empty());
+  const Config& want = single.top.front().config;
+  ASSERT_GE(want.nodes, 4);
+  // Capacity comes in fragments: a quarter of the nodes the best candidate wants, 6 of every
+  // other type.
+  MixedSearchOptions o;
+  for (const auto& t : p.space.types) o.available_nodes[t] = 6;
+  o.available_nodes[want.type] = want.nodes / 4;
+  const MixedSearchResult r = SearchMixed(p, single, Balanced, o);
+  ASSERT_TRUE(r.best) << r.reason;
+  ASSERT_TRUE(r.best_single);
+  EXPECT_GT(r.considered, 0u);
+  EXPECT_LE(r.best_single->config.nodes, o.available_nodes[r.best_single->config.type]);
+  // It keeps every available node of the preferred type.
+  EXPECT_EQ(r.best->config.parts[0].type, want.type);
+  EXPECT_EQ(r.best->config.parts[0].nodes, want.nodes / 4);
+  EXPECT_GE(r.best->config.parts.size(), 2u);
+  EXPECT_TRUE(r.proposed) << r.reason << ": " << r.best->config.ToString() << " vs "
+                          << r.best_single->config.ToString();
+  EXPECT_LT(r.best->hours, r.best_single->hours)
+      << r.best->config.ToString() << " step " << r.best->step_time_s << " steps " << r.best->steps
+      << " vs " << r.best_single->config.ToString() << " step " << r.best_single->step_time_s
+      << " steps " << r.best_single->steps;
+  // Per-type local batches: the faster GPU gets the larger share.
+  const auto& parts = r.best->config.parts;
+  for (size_t i = 1; i < parts.size(); ++i)
+    if (kBeta.at(parts[i].type) < kBeta.at(parts[0].type))
+      EXPECT_GT(r.best->local_bsz[i], r.best->local_bsz[0]);
+  // Priced per type and purchase.
+  double price = 0;
+  for (const auto& part : parts)
+    price += HourlyPrice(DefaultCatalog().types[DefaultCatalog().Find(part.type)], part.nodes,
+                         part.purchase);
+  EXPECT_NEAR(r.best->price_per_hour, price, 1e-9);
+}
+
+TEST(MixedSearch, NeverProposesAMixedClusterPredictedWorseThanTheBestSingleType) {
+  for (Goal g : {Goal::kTime, Goal::kCost}) {
+    const SearchProblem p = Problem(g);
+    const SearchResult single = Top(p);
+    for (int avail = 0; avail <= 16; ++avail)
+      for (int types : {2, 3}) {
+        MixedSearchOptions o;
+        o.max_types = types;
+        for (const auto& t : p.space.types) o.available_nodes[t] = avail;
+        o.available_nodes[single.top.front().config.type] = avail / 2;
+        const MixedSearchResult r = SearchMixed(p, single, Balanced, o);
+        if (!r.proposed) continue;
+        ASSERT_TRUE(r.best);
+        if (r.best_single && r.best_single->feasible)
+          EXPECT_LT(r.best->Objective(g), r.best_single->Objective(g))
+              << GoalName(g) << " avail " << avail << ": " << r.reason;
+        for (const auto& part : r.best->config.parts)
+          EXPECT_LE(part.nodes, o.available_nodes[part.type]) << part.type;
+      }
+  }
+}
+
+}  // namespace
+}  // namespace cloudtune::search
