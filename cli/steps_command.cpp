@@ -30,6 +30,7 @@ struct StepsArgs {
   std::string batch, progress, from = "0";
   double extrapolate = 0.02;
   double drift_exponent = estimator::EfficiencyFitOptions{}.drift_exponent;
+  double growth_sigma = estimator::EfficiencyFitOptions{}.growth_sigma;
   std::string model_out;
 };
 
@@ -74,8 +75,12 @@ void RunSteps(const StepsArgs& a) {
   }
   estimator::EfficiencyFitOptions fo;
   fo.drift_exponent = a.drift_exponent;
+  fo.growth_sigma = a.growth_sigma;
   std::string err;
-  if (!fo.IsValid(&err)) throw InputError("--drift-exponent: " + err);
+  if (!fo.IsValid(&err))
+    throw InputError((err.find("growth_sigma") != std::string::npos ? "--growth-sigma: "
+                                                                    : "--drift-exponent: ") +
+                     err);
   estimator::EfficiencyModel m = estimator::FitEfficiency(all, fo);
   if (!a.model_out.empty()) Output(a.model_out, m.ToJson().dump(2) + "\n");
   const auto p = m.StepsToProgress(batch, from, progress);
@@ -127,6 +132,9 @@ void RegisterStepsCommand(CLI::App& app) {
   c->add_option("--drift-exponent", a->drift_exponent,
                 "prior of the exponent gamma of the noise scale's batch dependence (default 1.0; "
                 "fitted when >= 3 batches are observed)");
+  c->add_option("--growth-sigma", a->growth_sigma,
+                "sigma of an unmodelled growth exponent of the noise ratio beyond the largest "
+                "observed batch (default 0.29; widens log_sigma with log(B / largest observed))");
   c->add_option("-o,--model", a->model_out, "also write the fitted efficiency model JSON here");
   c->callback([a]() { RunSteps(*a); });
 }

@@ -622,6 +622,7 @@ EfficiencyModel FitEfficiency(const std::vector<NoiseObservation>& obs,
   m.max_progress_ = max_progress;
   m.min_log_sigma_ = options.min_log_sigma;
   m.extrapolation_sigma_ = options.extrapolation_sigma;
+  m.growth_sigma_ = options.growth_sigma;
 
   std::vector<double> batches;
   std::vector<Use> use = UsableObservations(obs, b0, &batches, &m.n_skipped_);

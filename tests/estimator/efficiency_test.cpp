@@ -179,6 +179,13 @@ TEST(EfficiencyFit, UncertaintyGrowsWithTheBatchRatioAndCoversADriftingTruth) {
     EXPECT_LT(err, 0.15) << next;
     batches.push_back(next);
   }
+  // The term scales with growth_sigma (0 = only the fit's own uncertainty).
+  EfficiencyFitOptions none;
+  none.growth_sigma = 0;
+  EXPECT_LT(FitEfficiency(Synthetic({64, 128}, gamma, 0.01), none)
+                .StepsToProgress(4096, 10, 1000)
+                .log_sigma,
+            0.5 * m.StepsToProgress(4096, 10, 1000).log_sigma);
   // Within the observed batches the growth term is zero: only the floor and the fit's noise.
   EXPECT_LT(m.StepsToProgress(128, 10, 1000).log_sigma, m.StepsToProgress(256, 10, 1000).log_sigma);
 }
