@@ -44,6 +44,29 @@ TEST(StepsCli, PredictsWithUncertaintyAndDrift) {
   EXPECT_GT(j.at("drift").at("gain_at_batch").get<double>(), 1);
 }
 
+// The uncertainty grows with the ratio to the largest observed batch (256), and --growth-sigma
+// scales that growth: 0 leaves only the fit's own terms.
+TEST(StepsCli, UncertaintyGrowsWithTheRatioToTheLargestObservedBatch) {
+  CLOUDTUNE_NEEDS_SHARED_DATA();
+  auto sigma = [](const std::string& args) {
+    Result r = RunSteps(kObs + " --progress 20000 " + args);
+    EXPECT_EQ(r.status, 0) << r.err;
+    return r.status == 0 ? nlohmann::json::parse(r.out).at("log_sigma").get<double>() : 0.0;
+  };
+  double last = 0;
+  for (int b : {256, 512, 1024, 2048, 4096}) {
+    const double s = sigma("--batch " + std::to_string(b));
+    EXPECT_GT(s, last) << b;
+    last = s;
+  }
+  EXPECT_LT(sigma("--batch 4096 --growth-sigma 0"), 0.5 * last);
+  EXPECT_GT(sigma("--batch 4096 --growth-sigma 0.58"), 1.5 * last);
+  Result bad = RunSteps(kObs + " --progress 20000 --batch 512 --growth-sigma -1");
+  EXPECT_EQ(bad.status, 1);
+  EXPECT_NE(bad.err.find("--growth-sigma: growth_sigma must be >= 0"), std::string::npos)
+      << bad.err;
+}
+
 TEST(StepsCli, SingleObservedBatchIsThePlainTheoryAndFlagged) {
   CLOUDTUNE_NEEDS_SHARED_DATA();
   Result r = RunSteps("--observed 128=" + kDir + "validation-128.csv --batch 512 --progress 39000");
