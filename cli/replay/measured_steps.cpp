@@ -1,0 +1,136 @@
+// MeasuredSteps: iterations to a validation metric at each measured batch, interpolated in log B.
+#include "cli/replay/measured_steps.h"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include "estimator/core/csv.h"
+#include "estimator/core/error.h"
+
+namespace cloudtune::replay {
+namespace csv = core::csv;
+
+MeasuredSteps MeasuredSteps::Load(const std::map<int, std::string>& runs) {
+  std::map<int, std::string> texts;
+  for (const auto& [b, path] : runs) {
+    std::ifstream in(path);
+    if (!in) throw InputError(path + ": cannot open");
+    std::ostringstream s;
+    s << in.rdbuf();
+    texts[b] = s.str();
+  }
+  MeasuredSteps m;
+  for (const auto& [b, text] : texts) {
+    MeasuredSteps one = Parse({{b, text}}, runs.at(b));
+    m.runs_[b] = one.runs_.at(b);
+  }
+  if (m.runs_.empty()) throw InputError("measured steps: no validation runs");
+  return m;
+}
+
+MeasuredSteps MeasuredSteps::Parse(const std::map<int, std::string>& texts,
+                                   const std::string& name) {
+  MeasuredSteps m;
+  for (const auto& [batch, text] : texts) {
+    if (batch < 1) throw InputError(name + ": batch " + std::to_string(batch) + " must be >= 1");
+    std::istringstream in(text);
+    std::string line;
+    if (!std::getline(in, line)) csv::Fail(name, 1, 0, "empty file (no header)");
+    const auto header = csv::Split(line);
+    int ci = -1, cm = -1;
+    for (size_t i = 0; i < header.size(); ++i) {
+      if (header[i] == "iteration") ci = static_cast<int>(i);
+      if (header[i] == "metric") cm = static_cast<int>(i);
+    }
+    if (ci < 0) csv::Fail(name, 1, 0, "missing column 'iteration'");
+    if (cm < 0) csv::Fail(name, 1, 0, "missing column 'metric'");
+    Run r;
+    int ln = 1;
+    while (std::getline(in, line)) {
+      ++ln;
+      if (csv::Trim(line).empty()) continue;
+      const auto f = csv::Split(line);
+      if (f.size() != header.size())
+        csv::Fail(name, ln, 0,
+                  "expected " + std::to_string(header.size()) + " fields, found " +
+                      std::to_string(f.size()));
+      const double it = csv::Number(f[ci], name, ln, ci + 1, "iteration");
+      const double metric = csv::Number(f[cm], name, ln, cm + 1, "metric", true);
+      if (!r.iteration.empty() && it < r.iteration.back())
+        csv::Fail(name, ln, ci + 1, "iteration: " + f[ci] + " is less than the previous row's");
+      r.iteration.push_back(it);
+      r.best.push_back(r.best.empty() ? metric : std::max(metric, r.best.back()));
+    }
+    if (r.iteration.empty()) csv::Fail(name, 1, 0, "no data rows after the header");
+    m.runs_[batch] = std::move(r);
+  }
+  if (m.runs_.empty()) throw InputError(name + ": no validation runs");
+  return m;
+}
+
+std::vector<int> MeasuredSteps::batches() const {
+  std::vector<int> v;
+  for (const auto& [b, r] : runs_) v.push_back(b);
+  return v;
+}
+
+double MeasuredSteps::CommonTarget() const {
+  double t = runs_.begin()->second.best.back();
+  for (const auto& [b, r] : runs_) t = std::min(t, r.best.back());
+  return t;
+}
+
+double MeasuredSteps::StartMetric() const {
+  double s = runs_.begin()->second.best.front();
+  for (const auto& [b, r] : runs_) s = std::min(s, r.best.front());
+  return s;
+}
+
+double MeasuredSteps::IterationsTo(const Run& r, double m) {
+  // Before the first validation row: linear from metric 0 at iteration 0.
+  if (m <= r.best.front())
+    return r.best.front() > 0 ? r.iteration.front() * std::clamp(m / r.best.front(), 0.0, 1.0)
+                              : r.iteration.front();
+  for (size_t i = 1; i < r.best.size(); ++i)
+    if (r.best[i] >= m) {
+      const double f = (m - r.best[i - 1]) / (r.best[i] - r.best[i - 1]);
+      return r.iteration[i - 1] + f * (r.iteration[i] - r.iteration[i - 1]);
+    }
+  return r.iteration.back();  // beyond what the run reached: capped (callers stay within it)
+}
+
+double MeasuredSteps::Iterations(double batch, double m) const {
+  if (!(batch >= min_batch() && batch <= max_batch()))
+    throw InputError("measured steps: batch " + std::to_string(batch) +
+                     " is outside the measured batches [" + std::to_string(runs_.begin()->first) +
+                     ", " + std::to_string(runs_.rbegin()->first) + "]");
+  auto hi = runs_.lower_bound(static_cast<int>(std::ceil(batch)));
+  if (hi->first == batch || hi == runs_.begin()) return IterationsTo(hi->second, m);
+  auto lo = std::prev(hi);
+  const double a = IterationsTo(lo->second, m), b = IterationsTo(hi->second, m);
+  if (!(a > 0) || !(b > 0)) return a + (b - a) * (batch - lo->first) / (hi->first - lo->first);
+  const double w = std::log(batch / lo->first) / std::log(double(hi->first) / lo->first);
+  return std::exp((1 - w) * std::log(a) + w * std::log(b));
+}
+
+double MeasuredSteps::StepsBetween(double batch, double from, double to) const {
+  if (to < from) throw InputError("measured steps: target metric below the current one");
+  return std::max(0.0, Iterations(batch, to) - Iterations(batch, from));
+}
+
+double MeasuredSteps::MetricAfter(double batch, double from, double steps) const {
+  const double start = Iterations(batch, from), goal = start + std::max(0.0, steps);
+  // Bisection on the metric: Iterations(batch, m) is non-decreasing in m.
+  double lo = from, hi = from;
+  for (const auto& [b, r] : runs_) hi = std::max(hi, r.best.back());
+  if (Iterations(batch, hi) <= goal) return hi;
+  for (int i = 0; i < 60; ++i) {
+    const double mid = 0.5 * (lo + hi);
+    (Iterations(batch, mid) <= goal ? lo : hi) = mid;
+  }
+  return lo;
+}
+
+}  // namespace cloudtune::replay
