@@ -98,6 +98,38 @@ MixedEvaluation EvaluateMixed(const SearchProblem& p, const MixedConfig& c, cons
   return e;
 }
 
+namespace {
+// Whether the best mixed cluster found is worth proposing, and why.
+void Conclude(Goal g, MixedSearchResult* out) {
+  MixedSearchResult& r = *out;
+  if (!r.best) {
+    r.reason = "no type of the top candidates is short of nodes";
+    return;
+  }
+  if (!r.best->feasible) {
+    r.reason = "no mixed cluster meets the constraints";
+    return;
+  }
+  if (!r.best_single || !r.best_single->feasible) {
+    r.proposed = true;
+    r.reason = "no single type with the nodes available meets the constraints";
+    return;
+  }
+  // Beyond its added uncertainty: the mixed cluster's median, inflated by what it adds to the
+  // single type's log-sigma, must still beat the single type's.
+  const double added =
+      std::sqrt(std::max(0.0, r.best->log_sigma * r.best->log_sigma -
+                                  r.best_single->log_sigma * r.best_single->log_sigma));
+  const double mixed_v = r.best->Objective(g) * std::exp(added);
+  r.proposed = mixed_v < r.best_single->Objective(g);
+  std::ostringstream why;
+  why << GoalName(g) << ": mixed " << r.best->Objective(g) << " (x" << std::exp(added)
+      << " for its added uncertainty) vs best single type with the nodes available "
+      << r.best_single->Objective(g);
+  r.reason = why.str();
+}
+}  // namespace
+
 MixedSearchResult SearchMixed(const SearchProblem& p, const SearchResult& single,
                               const MixedStepFn& step, const MixedSearchOptions& options) {
   std::string err;
@@ -223,32 +255,7 @@ MixedSearchResult SearchMixed(const SearchProblem& p, const SearchResult& single
       }
     }
   }
-  if (!r.best) {
-    r.reason = "no type of the top candidates is short of nodes";
-    return r;
-  }
-  const Goal g = p.objective.goal;
-  if (!r.best->feasible) {
-    r.reason = "no mixed cluster meets the constraints";
-    return r;
-  }
-  if (!r.best_single || !r.best_single->feasible) {
-    r.proposed = true;
-    r.reason = "no single type with the nodes available meets the constraints";
-    return r;
-  }
-  // Beyond its added uncertainty: the mixed cluster's median, inflated by what it adds to the
-  // single type's log-sigma, must still beat the single type's.
-  const double added =
-      std::sqrt(std::max(0.0, r.best->log_sigma * r.best->log_sigma -
-                                  r.best_single->log_sigma * r.best_single->log_sigma));
-  const double mixed_v = r.best->Objective(g) * std::exp(added);
-  r.proposed = mixed_v < r.best_single->Objective(g);
-  std::ostringstream why;
-  why << GoalName(g) << ": mixed " << r.best->Objective(g) << " (x" << std::exp(added)
-      << " for its added uncertainty) vs best single type with the nodes available "
-      << r.best_single->Objective(g);
-  r.reason = why.str();
+  Conclude(p.objective.goal, &r);
   return r;
 }
 

@@ -8,6 +8,7 @@
 
 #include <functional>
 #include <limits>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -83,6 +84,9 @@ struct SpaceOptions {
   double memory_per_sample_gib = 0;
   bool allow_on_demand = true, allow_spot = true, allow_anchor = true;
   std::vector<std::string> types;  // restrict to these instance types (empty = every type)
+  // Spot capacity that can be had now, in nodes per instance type (a type not listed: no limit).
+  // A spot candidate needs all its nodes there, an anchor one all but its on-demand anchor.
+  std::map<std::string, int> spot_nodes_available;
   // GPUs used per node: powers of two up to the type's count, plus the count itself.
   bool IsValid(std::string* error) const;
 };

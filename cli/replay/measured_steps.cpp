@@ -47,6 +47,7 @@ MeasuredSteps MeasuredSteps::Parse(const std::map<int, std::string>& texts,
     if (ci < 0) csv::Fail(name, 1, 0, "missing column 'iteration'");
     if (cm < 0) csv::Fail(name, 1, 0, "missing column 'metric'");
     Run r;
+    double last_it = 0;
     int ln = 1;
     while (std::getline(in, line)) {
       ++ln;
@@ -58,10 +59,16 @@ MeasuredSteps MeasuredSteps::Parse(const std::map<int, std::string>& texts,
                       std::to_string(f.size()));
       const double it = csv::Number(f[ci], name, ln, ci + 1, "iteration");
       const double metric = csv::Number(f[cm], name, ln, cm + 1, "metric", true);
-      if (!r.iteration.empty() && it < r.iteration.back())
+      if (it < last_it)
         csv::Fail(name, ln, ci + 1, "iteration: " + f[ci] + " is less than the previous row's");
-      r.iteration.push_back(it);
-      r.best.push_back(r.best.empty() ? metric : std::max(metric, r.best.back()));
+      last_it = it;
+      // The rows where the best metric so far rises: between them the run is taken to approach
+      // the next best linearly (a plateau of validation rows would otherwise freeze the carried
+      // state, which a run does not).
+      if (r.best.empty() || metric > r.best.back()) {
+        r.iteration.push_back(it);
+        r.best.push_back(metric);
+      }
     }
     if (r.iteration.empty()) csv::Fail(name, 1, 0, "no data rows after the header");
     m.runs_[batch] = std::move(r);

@@ -5,8 +5,8 @@
 // The job's state is carried across a batch change by a measured quantity: the best validation
 // metric reached so far (the traces' metrics rise: accuracy, F1, hit rate). A run at batch B that
 // has reached metric m needs IterationsTo(B, target) − IterationsTo(B, m) more steps, where
-// IterationsTo(B, m) is the first iteration at which B's run reached m (linear between its
-// validation rows). Between two measured batches the iterations are interpolated linearly in
+// IterationsTo(B, m) is the first iteration at which B's run reached m (linear between the rows at
+// which its best metric rose: a plateau of rows is read as approaching the next best). Between two measured batches the iterations are interpolated linearly in
 // (log B, log iterations); batches outside the measured range are not offered (InputError).
 #pragma once
 

@@ -126,10 +126,20 @@ class Simulator {
   Simulator(const Scenario& s, uint64_t seed, const std::string& policy)
       : s_(s),
         rng_(seed * 1000003ULL + std::hash<std::string>()(policy)),
-        revocation_rng_(seed * 7919ULL + 17) {
+        revocation_rng_(seed * 7919ULL + 17),
+        spot_offset_s_(static_cast<double>(seed) * s.spot_offset_s) {
     next_revocation_ = std::exponential_distribution<double>(1.0)(revocation_rng_);
     for (const auto& m : s.traces) truth_[m.key] = &m;
+    if (s.measured) metric_ = last_ckpt_metric_ = s.measured->StartMetric();
   }
+
+  // Spot nodes of `type` the trace says can be had now (a large number where there is no trace).
+  int SpotAvailable(const std::string& type) const {
+    auto it = s_.spot.find(type);
+    if (it == s_.spot.end()) return 1 << 20;
+    return it->second.Available(t_h_ * 3600, 1 << 20, s_.spot_reading, spot_offset_s_);
+  }
+  double metric() const { return metric_; }
 
   const core::Measurement* Truth(const Config& c) const {
     auto it = truth_.find(c.Key());
@@ -196,14 +206,19 @@ class Simulator {
         explore_cost_ = r.exploration_cost;
         ++r.switches;
         last_ckpt_progress_ = progress_;  // a switch checkpoints
+        last_ckpt_metric_ = metric_;
         since_ckpt_s_ = 0;
         cur_ = next.config;
+        running_ = waiting_ = false;
       }
       measuring = next.measure;
     }
     r.cost = cost_;
     r.makespan_h = t_h_;
     r.finished = progress_ >= s_.target_progress;
+    const ObjectiveOptions& o = s_.objective;
+    r.deadline_met = o.deadline_h <= 0 || (r.finished && r.makespan_h <= o.deadline_h);
+    r.budget_met = o.budget_usd <= 0 || (r.finished && r.cost <= o.budget_usd);
     return r;
   }
 
@@ -230,32 +245,78 @@ class Simulator {
     if (!m) throw InputError("replay: policy chose an untraced configuration " + c.ToString());
     const InstanceType& t = Type(c);
     const double price = HourlyPrice(t, c.nodes, c.purchase);
-    const double rate = ClusterRevocationRate(t, c.nodes, c.purchase);
+    const double hazard_rate = ClusterRevocationRate(t, c.nodes, c.purchase);
     const double ckpt =
         c.purchase == Purchase::kAnchor ? s_.cost.anchor_checkpoint_s : s_.cost.checkpoint_s;
-    const double tau_s = YoungDalyInterval(ckpt, rate);
+    // Checkpoints at the Young/Daly interval of the catalog's rate (what the job can know).
+    const double tau_s = YoungDalyInterval(ckpt, hazard_rate);
     const double batch = static_cast<double>(c.global_batch());
+    // Real spot capacity: the spot nodes this configuration holds, and what it pays while it
+    // waits for them (its on-demand anchor).
+    const SpotTrace* trace = nullptr;
+    int spot_nodes = 0;
+    if (c.purchase != Purchase::kOnDemand) {
+      auto it = s_.spot.find(c.type);
+      if (it != s_.spot.end()) {
+        trace = &it->second;
+        spot_nodes = c.purchase == Purchase::kSpot ? c.nodes : c.nodes - 1;
+      }
+    }
+    const double rate = trace ? 0.0 : hazard_rate;  // revocations come from the trace
+    const double waiting_price =
+        c.purchase == Purchase::kAnchor ? HourlyPrice(t, 1, Purchase::kOnDemand) : 0.0;
     // Time since the last checkpoint carries over from window to window (checkpoints follow the
     // Young/Daly interval of the running configuration, not the decision windows).
     double left = window_s;
     double& since_ckpt = since_ckpt_s_;
     while (left > 1e-9 && progress_ < s_.target_progress) {
       const double chunk = std::min(60.0, left);
-      const double gain = estimator::Gain(NoiseAt(progress_), batch);
-      const double dp = chunk / m->step_time * gain;
+      if (trace && spot_nodes > 0) {
+        if (trace->Available(t_h_ * 3600, spot_nodes, s_.spot_reading, spot_offset_s_) <
+            spot_nodes) {
+          if (running_ && !waiting_) {  // the capacity it holds is gone: a revocation
+            ++r->revocations;
+            progress_ = last_ckpt_progress_;
+            metric_ = last_ckpt_metric_;
+            since_ckpt = 0;
+          }
+          waiting_ = true;
+          Advance(chunk / 3600.0, waiting_price);
+          r->waited_h += chunk / 3600.0;
+          left -= chunk;
+          continue;
+        }
+        if (waiting_ && running_) Advance(s_.cost.restart_s / 3600.0, price);  // back: restart
+        waiting_ = false;
+      }
+      running_ = true;
+      double dp, metric = metric_;
+      if (s_.measured) {  // measured truth: the metric the runs reach in these steps
+        metric = s_.measured->MetricAfter(batch, metric_, chunk / m->step_time);
+        dp = s_.ProgressAt(metric) - progress_;
+      } else {
+        dp = chunk / m->step_time * estimator::Gain(NoiseAt(progress_), batch);
+      }
       if (progress_ + dp >= s_.target_progress) {  // finishes inside this chunk
-        const double frac = (s_.target_progress - progress_) / dp;
+        double frac = dp > 0 ? (s_.target_progress - progress_) / dp : 1.0;
+        if (s_.measured)  // exactly the steps the measured run at this batch needs
+          frac = std::min(
+              1.0, s_.measured->StepsBetween(batch, metric_, std::max(metric_, s_.target_metric)) *
+                       m->step_time / chunk);
         Advance(frac * chunk / 3600.0, price);
         progress_ = s_.target_progress;
+        metric_ = std::max(metric_, s_.target_metric);
         break;
       }
       progress_ += dp;
+      metric_ = metric;
       Advance(chunk / 3600.0, price);
       left -= chunk;
       since_ckpt += chunk;
       if (since_ckpt >= tau_s) {
         Advance(ckpt / 3600.0, price);
         last_ckpt_progress_ = progress_;
+        last_ckpt_metric_ = metric_;
         since_ckpt = 0;
       }
       // Revocations by inverse-hazard sampling: a revocation happens when the cumulative hazard
@@ -266,6 +327,7 @@ class Simulator {
       if (hazard_ >= next_revocation_) {
         ++r->revocations;
         progress_ = last_ckpt_progress_;
+        metric_ = last_ckpt_metric_;
         Advance(s_.cost.restart_s / 3600.0, price);
         since_ckpt = 0;
         hazard_ = 0;
@@ -290,7 +352,11 @@ class Simulator {
   Config cur_;
   double progress_ = 0, last_ckpt_progress_ = 0, t_h_ = 0, cost_ = 0;
   double explore_cost_ = 0, explore_h_ = 0;
-  double since_ckpt_s_ = 0;  // training seconds since the last checkpoint
+  double since_ckpt_s_ = 0;                   // training seconds since the last checkpoint
+  double spot_offset_s_ = 0;                  // where this seed starts in the spot traces
+  double metric_ = 0, last_ckpt_metric_ = 0;  // measured truth: best validation metric reached
+  bool running_ = false;  // the current configuration has run (a later loss is a revocation)
+  bool waiting_ = false;  // waiting for spot capacity
 };
 
 // A predictor that knows every trace (for the oracle and trace-informed baselines).
@@ -300,6 +366,14 @@ Predictor TruePredictor(const Simulator& sim, const Scenario& s, double progress
     const core::Measurement* m = sim.Truth(c);
     return Estimate{m ? m->step_time : 0.0, 0.0};
   };
+  if (s.measured) {
+    const double from = sim.metric(), to = s.target_metric;
+    const MeasuredSteps* truth = s.measured.get();
+    p.steps = [truth, from, to](double b) {
+      return Estimate{truth->StepsBetween(b, from, std::max(from, to)), 0.0};
+    };
+    return p;
+  }
   auto eff = std::make_shared<estimator::EfficiencyModel>(
       estimator::EfficiencyModel::FromNoise(sim.NoiseAt(progress)));
   const double to = s.target_progress;
@@ -333,6 +407,8 @@ Decision Informed(Simulator& sim, const Scenario& s, const Config& cur,
   p.remaining_progress = s.target_progress - sim.progress();
   p.current = &cur;
   p.candidates = candidates;
+  for (const auto& [type, trace] : s.spot)
+    p.space.spot_nodes_available[type] = sim.SpotAvailable(type);
   RecommendOptions o = BaseOptions(s, sim.progress());
   o.objective = objective;
   Recommendation r = Decide(p, o, [](const Config&) { return true; });
@@ -358,6 +434,76 @@ Config Pick(const Scenario& s, const std::string& type, int want_bsz,
 }  // namespace
 
 namespace {
+
+// "validation" and "target_metric": the measured truth of the steps (see replay.h).
+void ParseMeasuredTruth(const nlohmann::json& j, const std::string& name,
+                        const std::string& base_dir, Scenario* out) {
+  Scenario& s = *out;
+  const auto& v = j["validation"];
+  if (!v.is_object() || v.empty())
+    throw InputError(name + ": validation: expected an object {\"BATCH\": \"PATH\", ...}");
+  std::map<int, std::string> runs;
+  for (auto it = v.begin(); it != v.end(); ++it) {
+    int b = 0;
+    try {
+      size_t used = 0;
+      b = std::stoi(it.key(), &used);
+      if (used != it.key().size()) b = 0;
+    } catch (const std::exception&) {
+      b = 0;
+    }
+    if (b < 1 || !it.value().is_string())
+      throw InputError(name + ": validation: \"" + it.key() +
+                       "\": expected a batch size (>= 1) naming a validation CSV path");
+    runs[b] = JoinPath(base_dir, it.value().get<std::string>());
+  }
+  s.measured = std::make_shared<MeasuredSteps>(MeasuredSteps::Load(runs));
+  if (s.base_batch != s.measured->min_batch())
+    throw InputError(name + ": noise: base_batch " + std::to_string(s.base_batch) +
+                     " must be the smallest validation batch (" +
+                     std::to_string(s.measured->min_batch()) + ")");
+  s.target_metric = NumberField(j, "target_metric", s.measured->CommonTarget(), name, false);
+  if (s.target_metric > s.measured->CommonTarget())
+    throw InputError(name + ": target_metric: " + std::to_string(s.target_metric) +
+                     " is beyond what every measured run reaches (" +
+                     std::to_string(s.measured->CommonTarget()) + ")");
+  s.target_progress = s.ProgressAt(s.target_metric);
+  // Only configurations whose global batch was measured around are offered.
+  std::vector<Config> keep;
+  std::vector<core::Measurement> kept;
+  for (size_t i = 0; i < s.candidates.size(); ++i) {
+    const double b = static_cast<double>(s.candidates[i].global_batch());
+    if (b >= s.measured->min_batch() && b <= s.measured->max_batch()) {
+      keep.push_back(s.candidates[i]);
+      kept.push_back(s.traces[i]);
+    }
+  }
+  s.candidates = std::move(keep);
+  s.traces = std::move(kept);
+  if (s.candidates.empty())
+    throw InputError(name +
+                     ": validation: no traced configuration has a global batch within "
+                     "the measured batches");
+  if (std::find(s.candidates.begin(), s.candidates.end(), s.start) == s.candidates.end())
+    throw InputError(name + ": start: its global batch is outside the measured batches");
+}
+
+// "spot": real spot capacity traces and their reading.
+void ParseSpot(const nlohmann::json& sp, const std::string& w, const std::string& base_dir,
+               Scenario* out) {
+  Scenario& s = *out;
+  if (!sp.is_object() || !sp.contains("traces") || !sp["traces"].is_object())
+    throw InputError(w + ": expected {\"reading\": ..., \"traces\": {\"TYPE\": \"PATH\"}}");
+  s.spot_reading = ParseSpotReading(sp.value("reading", std::string("count")), w + ": reading");
+  s.spot_offset_s = 3600 * NumberField(sp, "offset_h", s.spot_offset_s / 3600, w, false);
+  for (auto it = sp["traces"].begin(); it != sp["traces"].end(); ++it) {
+    if (s.catalog.Find(it.key()) < 0)
+      throw InputError(w + ": traces: '" + it.key() + "' is not in the catalog");
+    if (!it.value().is_string())
+      throw InputError(w + ": traces: " + it.key() + ": expected a path");
+    s.spot.emplace(it.key(), SpotTrace::Load(JoinPath(base_dir, it.value().get<std::string>())));
+  }
+}
 
 Scenario ParseScenarioFields(const nlohmann::json& j, const std::string& name,
                              const std::string& base_dir) {
@@ -466,10 +612,16 @@ Scenario ParseScenarioFields(const nlohmann::json& j, const std::string& name,
         NumberField(c, "anchor_checkpoint_s", s.cost.anchor_checkpoint_s, w, true);
     s.cost.switch_s = NumberField(c, "switch_s", s.cost.switch_s, w, false);
   }
+  if (j.contains("validation")) ParseMeasuredTruth(j, name, base_dir, &s);
+  if (j.contains("spot")) ParseSpot(j["spot"], name + ": spot", base_dir, &s);
   return s;
 }
 
 }  // namespace
+
+double Scenario::ProgressAt(double metric) const {
+  return measured ? measured->StepsBetween(measured->min_batch(), 0.0, metric) : 0.0;
+}
 
 Scenario ParseScenario(const nlohmann::json& j, const std::string& name,
                        const std::string& base_dir) {
@@ -512,6 +664,7 @@ search::Recommendation CloudtuneDecide(const runtime::Runtime& rt, const JobView
   snap.cost_usd = job.cost_usd;
   snap.exploration_usd = job.exploration_usd;
   snap.exploration_seconds = job.exploration_hours * 3600;
+  snap.spot_nodes_available = job.spot_nodes_available;
   return rt.Decide(snap, "timer").decision;
 }
 
@@ -551,6 +704,8 @@ std::vector<PolicyResult> RunReplay(const Scenario& s, uint64_t seed) {
     job.cost_usd = sim.cost();
     job.exploration_hours = sim.exploration_hours();
     job.exploration_usd = sim.exploration_cost();
+    for (const auto& [type, trace] : s.spot)
+      job.spot_nodes_available[type] = sim.SpotAvailable(type);
     const search::Recommendation r = CloudtuneDecide(*tuner, job);
     return {r.proposed.config, r.action == Recommendation::Action::kMeasure};
   });
@@ -562,6 +717,12 @@ std::vector<PolicyResult> RunReplay(const Scenario& s, uint64_t seed) {
   run("fixed-on-demand", [&](Simulator&, const Config&, bool) -> Decision {
     return {s.start, false};
   });
+  {  // the start configuration on spot, waiting out and restarting after revocations
+    Config c = s.start;
+    const InstanceType& t = s.catalog.types[s.catalog.Find(c.type)];
+    c.purchase = t.has_spot() ? Purchase::kSpot : Purchase::kOnDemand;
+    run("fixed-spot", [c](Simulator&, const Config&, bool) -> Decision { return {c, false}; });
+  }
   // Types that have traces.
   std::vector<std::string> types;
   for (const Config& c : s.candidates)

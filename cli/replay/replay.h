@@ -25,8 +25,24 @@
 //   "step_noise_sigma": 0.05,        // log-normal noise of one measurement window's mean
 //   "decision_interval_s": 1800,     // the policies re-decide this often
 //   "measure_s": 300,                // an exploratory measurement window
-//   "cost": {"restart_s": 120, "checkpoint_s": 30, "anchor_checkpoint_s": 5, "switch_s": 180}
+//   "cost": {"restart_s": 120, "checkpoint_s": 30, "anchor_checkpoint_s": 5, "switch_s": 180},
+//   "validation": {"128": "validation-128.csv", "256": "...", ...},  // optional measured truth
+//   "target_metric": 0.94,           // optional with "validation": default the highest metric
+//                                    // every run reaches
+//   "spot": {"reading": "count",     // optional real spot capacity: count | zero-is-up
+//            "offset_h": 24,         // seed k starts k x offset_h into the traces
+//            "traces": {"p3.2xlarge": "availability.json", ...}}
 // }
+// Measured truth ("validation"): the steps a configuration takes come from the runs measured at
+// each batch (MeasuredSteps: the best validation metric reached is the state carried across batch
+// changes; batches between measured ones interpolated in log B; configurations whose global batch
+// lies outside the measured batches are not offered). Progress, as the policies see it, is
+// counted in steps of the smallest measured batch to the metric reached; the target is the
+// metric. Without it, progress follows the plain theory's gain from the noise trace (a model).
+// Spot capacity ("spot"): a type with a trace can only get the spot nodes the trace says are
+// available; a running spot cluster is revoked when the capacity drops below what it holds (roll
+// back to the last checkpoint, restart_s), and waits, paying only its on-demand anchor, until the
+// capacity is back. Types without a trace keep the catalog's revocation rate.
 // Revocations: a spot/anchor cluster is revoked when its cumulative hazard (catalog rate × nodes ×
 // training time) crosses the next Exp(1) threshold; the thresholds depend on the seed only, so all
 // policies face the same revocation luck (common random numbers). A revocation rolls back to the
@@ -38,9 +54,13 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "cli/replay/measured_steps.h"
+#include "cli/replay/spot_trace.h"
 #include "estimator/core/trace.h"
 #include "plugin/runtime/runtime.h"
 #include "search/catalog.h"
@@ -66,6 +86,13 @@ struct Scenario {
   double step_noise_sigma = 0.05;
   double decision_interval_s = 1800;
   double measure_s = 300;
+  std::shared_ptr<const MeasuredSteps> measured;  // measured truth of the steps (optional)
+  double target_metric = 0;                       // with `measured`
+  std::map<std::string, SpotTrace> spot;          // real spot capacity by instance type
+  SpotReading spot_reading = SpotReading::kCount;
+  double spot_offset_s = 86400;  // seed k starts k x this into the spot traces
+  // Progress (B0-steps) of a run that has reached `metric` (with `measured`).
+  double ProgressAt(double metric) const;
 };
 
 // Throws cloudtune::InputError "FILE: FIELD: what" on a malformed scenario or trace.
@@ -81,7 +108,9 @@ struct PolicyResult {
   int switches = 0;
   int revocations = 0;
   int measurements = 0;
-  bool finished = true;  // reached the target before the simulation limit
+  bool finished = true;                         // reached the target before the simulation limit
+  bool deadline_met = true, budget_met = true;  // over the whole run (true when there is none)
+  double waited_h = 0;  // hours without the spot capacity its configuration needs
 };
 
 // What a job running in the replay has seen: the cloudtune policy's only inputs.
@@ -92,6 +121,8 @@ struct JobView {
   double progress = 0;                      // B0-steps made
   double hours = 0, cost_usd = 0;           // spent so far
   double exploration_hours = 0, exploration_usd = 0;  // of which on measurements
+  // Spot nodes per type it knows it can get now (requests refused, revocation notices).
+  std::map<std::string, int> spot_nodes_available;
 };
 // The runtime setup of the scenario's job (objective, target, catalog, traced configurations as
 // the candidates): the cloudtune policy constructs the runtime a live job constructs.
@@ -99,8 +130,9 @@ runtime::RuntimeSetup CloudtuneSetup(const Scenario& s);
 // One decision of the cloudtune policy: the runtime's fit-and-search on what the job has seen.
 search::Recommendation CloudtuneDecide(const runtime::Runtime& rt, const JobView& job);
 
-// Runs every policy on one seed: "cloudtune", "oracle", "fixed-on-demand", "cheapest-spot",
-// "fastest-first", "deepvm-flopp", "pollux-goodput". Deterministic for (scenario, seed).
+// Runs every policy on one seed: "cloudtune", "oracle", "fixed-on-demand", "fixed-spot" (the start
+// configuration on spot, restarting after revocations), "cheapest-spot", "fastest-first",
+// "deepvm-flopp", "pollux-goodput". Deterministic for (scenario, seed).
 std::vector<PolicyResult> RunReplay(const Scenario& s, uint64_t seed);
 
 }  // namespace cloudtune::replay

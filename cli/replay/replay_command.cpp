@@ -37,7 +37,9 @@ void RegisterReplayCommand(CLI::App& app) {
     nlohmann::json jr;
     jr["schema"] = "cloudtune.replay/1";
     jr["runs"] = nlohmann::json::array();
-    std::vector<double> rel_oracle, saving_fixed, explore_share;
+    std::vector<double> rel_oracle, saving_fixed, saving_spot, explore_share;
+    std::map<std::string, int> misses;  // runs whose deadline or budget a policy missed
+    int oracle_met_cloudtune_missed = 0;
     std::map<std::string, std::vector<double>> rel_by_policy;
     Progress progress("replay", static_cast<int>(pa->scenarios.size()));
     int scenario_index = 0;
@@ -49,18 +51,29 @@ void RegisterReplayCommand(CLI::App& app) {
       for (uint64_t seed : seeds) {
         progress.Step(scenario_index, s.name + " seed " + std::to_string(seed));
         auto res = replay::RunReplay(s, seed);
-        double oracle = 0, fixed = 0;
+        double oracle = 0, fixed = 0, fixed_spot = 0;
+        bool oracle_met = true;
         for (auto& r : res) {
-          if (r.policy == "oracle") oracle = r.cost;
+          if (r.policy == "oracle") oracle = r.cost, oracle_met = r.deadline_met && r.budget_met;
           if (r.policy == "fixed-on-demand") fixed = r.cost;
+          if (r.policy == "fixed-spot") fixed_spot = r.cost;
         }
-        os << "scenario " << s.name << "  seed " << seed << "  (target progress "
-           << s.target_progress << " B0-steps, " << s.candidates.size()
-           << " traced configurations)\n";
+        os << "scenario " << s.name << "  seed " << seed << "  (target ";
+        if (s.measured)
+          os << "metric " << s.target_metric << " = " << s.target_progress << " B0-steps, measured";
+        else
+          os << "progress " << s.target_progress << " B0-steps, plain theory";
+        os << "; " << s.candidates.size() << " traced configurations";
+        if (!s.spot.empty())
+          os << "; spot capacity from " << s.spot.size() << " trace(s), reading "
+             << replay::SpotReadingName(s.spot_reading);
+        if (s.objective.deadline_h > 0) os << "; deadline " << s.objective.deadline_h << " h";
+        if (s.objective.budget_usd > 0) os << "; budget $" << s.objective.budget_usd;
+        os << ")\n";
         os << std::left << std::setw(18) << "policy" << std::right << std::setw(12) << "cost $"
            << std::setw(12) << "makespan h" << std::setw(10) << "switches" << std::setw(8)
-           << "revoc" << std::setw(8) << "meas" << std::setw(12) << "explore $" << std::setw(11)
-           << "vs oracle"
+           << "revoc" << std::setw(8) << "meas" << std::setw(12) << "explore $" << std::setw(10)
+           << "waited h" << std::setw(11) << "vs oracle" << std::setw(10) << "deadline"
            << "\n";
         nlohmann::json run = {
             {"scenario", s.name}, {"seed", seed}, {"policies", nlohmann::json::array()}};
@@ -70,9 +83,13 @@ void RegisterReplayCommand(CLI::App& app) {
           os << std::left << std::setw(18) << r.policy << std::right << std::fixed
              << std::setprecision(2) << std::setw(12) << r.cost << std::setw(12) << r.makespan_h
              << std::setw(10) << r.switches << std::setw(8) << r.revocations << std::setw(8)
-             << r.measurements << std::setw(12) << r.exploration_cost << std::setw(10)
-             << std::setprecision(3) << rel << "x" << (r.finished ? "" : "  (did not finish)")
-             << "\n";
+             << r.measurements << std::setw(12) << r.exploration_cost << std::setw(10) << r.waited_h
+             << std::setw(10) << std::setprecision(3) << rel << "x" << std::setw(10)
+             << (s.objective.deadline_h > 0 || s.objective.budget_usd > 0
+                     ? (r.deadline_met && r.budget_met ? "met" : "MISSED")
+                     : "-")
+             << (r.finished ? "" : "  (did not finish)") << "\n";
+          if (!(r.deadline_met && r.budget_met)) ++misses[r.policy];
           run["policies"].push_back({{"policy", r.policy},
                                      {"cost_usd", r.cost},
                                      {"makespan_h", r.makespan_h},
@@ -81,11 +98,16 @@ void RegisterReplayCommand(CLI::App& app) {
                                      {"measurements", r.measurements},
                                      {"exploration_cost_usd", r.exploration_cost},
                                      {"cost_vs_oracle", rel},
-                                     {"finished", r.finished}});
+                                     {"finished", r.finished},
+                                     {"deadline_met", r.deadline_met},
+                                     {"budget_met", r.budget_met},
+                                     {"waited_h", r.waited_h}});
           if (r.policy == "cloudtune") {
             rel_oracle.push_back(rel);
             saving_fixed.push_back(1 - r.cost / fixed);
+            if (fixed_spot > 0) saving_spot.push_back(1 - r.cost / fixed_spot);
             explore_share.push_back(r.exploration_cost / r.cost);
+            if (oracle_met && !(r.deadline_met && r.budget_met)) ++oracle_met_cloudtune_missed;
           }
         }
         jr["runs"].push_back(run);
@@ -96,14 +118,32 @@ void RegisterReplayCommand(CLI::App& app) {
     for (auto& [policy, v] : rel_by_policy)
       os << "  " << std::left << std::setw(18) << policy << std::right << std::setprecision(3)
          << Median(v) << "x oracle cost\n";
-    os << "  cloudtune: cost vs oracle " << std::setprecision(4) << Median(rel_oracle)
-       << "x, saving vs fixed on-demand " << std::setprecision(1) << 100 * Median(saving_fixed)
+    std::vector<double> sorted = rel_oracle;
+    std::sort(sorted.begin(), sorted.end());
+    const double p90 =
+        sorted.empty() ? NAN
+                       : sorted[std::min(sorted.size() - 1,
+                                         static_cast<size_t>(std::ceil(0.9 * sorted.size()) - 1))];
+    os << "  cloudtune: cost vs oracle " << std::setprecision(4) << Median(rel_oracle) << "x (p90 "
+       << p90 << "x), saving vs fixed on-demand " << std::setprecision(1)
+       << 100 * Median(saving_fixed) << "%, vs fixed spot " << 100 * Median(saving_spot)
        << "%, exploration " << std::setprecision(2) << 100 * Median(explore_share)
        << "% of its cost (max "
        << 100 * *std::max_element(explore_share.begin(), explore_share.end()) << "%)\n";
-    jr["summary"] = {{"cloudtune_cost_vs_oracle_median", Median(rel_oracle)},
-                     {"cloudtune_saving_vs_fixed_median", Median(saving_fixed)},
-                     {"cloudtune_exploration_share_median", Median(explore_share)}};
+    os << "  deadline or budget missed (runs):";
+    for (const auto& [policy, n] : misses) os << " " << policy << " " << n << ";";
+    if (misses.empty()) os << " none";
+    os << " cloudtune missed where the oracle met: " << oracle_met_cloudtune_missed << "\n";
+    nlohmann::json miss = nlohmann::json::object();
+    for (const auto& [policy, n] : misses) miss[policy] = n;
+    jr["summary"] = {
+        {"cloudtune_cost_vs_oracle_median", Median(rel_oracle)},
+        {"cloudtune_cost_vs_oracle_p90", p90},
+        {"cloudtune_saving_vs_fixed_median", Median(saving_fixed)},
+        {"cloudtune_saving_vs_fixed_spot_median", saving_spot.empty() ? NAN : Median(saving_spot)},
+        {"cloudtune_exploration_share_median", Median(explore_share)},
+        {"missed_runs", miss},
+        {"cloudtune_missed_where_oracle_met", oracle_met_cloudtune_missed}};
     Output(pa->out, pa->format == "json" ? jr.dump(2) + "\n" : os.str());
   });
 }

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <limits>
+#include <map>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -116,6 +117,9 @@ struct Snapshot {
   long long skipped_steps = 0;    // steps with non-finite gradients (never folded in)
   double samples_per_second = 0;  // over the last interval
   double straggler_factor = 1;    // slowdown from stragglers (>= 1)
+  // Spot nodes of each instance type the job knows it can get now (from a refused request or a
+  // revocation notice); a type not listed: unknown, no limit.
+  std::map<std::string, int> spot_nodes_available;
   // Spent so far (the replay knows it; a live job prices its elapsed time when it knows its price).
   double cost_usd = 0;             // USD spent
   double exploration_usd = 0;      // of which on exploratory measurements and switches into them

@@ -219,6 +219,11 @@ search::RecommendRequest BuildRecommendRequest(const Snapshot& s, const FitAndSe
   cur.accum_steps = s.current.accum_steps;
   cur.purchase = s.purchase.value_or(o.purchase);
   if (preempted && cur.nodes > 1) --cur.nodes;
+  // Its spot nodes are gone (revoked, or refused on request): staying means on demand.
+  if (auto a = s.spot_nodes_available.find(type);
+      a != s.spot_nodes_available.end() && cur.purchase != search::Purchase::kOnDemand &&
+      (cur.purchase == search::Purchase::kSpot ? cur.nodes : cur.nodes - 1) > a->second)
+    cur.purchase = search::Purchase::kOnDemand;
   req.current = cur;
   req.catalog = o.catalog;
   req.options = o.recommend;
@@ -237,6 +242,8 @@ search::RecommendRequest BuildRecommendRequest(const Snapshot& s, const FitAndSe
   if (obj.budget_usd > 0) obj.budget_usd = std::max(1e-6, obj.budget_usd - s.cost_usd);
   req.throughput = o.throughput;
   req.candidates = o.candidates;
+  // Spot capacity the job knows of: candidates that need more spot nodes than can be had are out.
+  for (const auto& [t, n] : s.spot_nodes_available) req.options.space.spot_nodes_available[t] = n;
   return req;
 }
 

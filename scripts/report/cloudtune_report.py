@@ -46,6 +46,10 @@ def svg(fig):
 def fmt(v, spec=".3g", unit=""):
     if v is None or (isinstance(v, float) and not math.isfinite(v)):
         return "?"
+    if isinstance(v, dict):  # e.g. missed runs per policy
+        return ", ".join(f"{k} {fmt(x, spec, unit)}" for k, x in v.items()) or "none"
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return str(v)
     return format(v, spec) + unit
 
 

@@ -33,8 +33,9 @@ TEST(MeasuredSteps, IterationsToAMetricAtMeasuredAndInterpolatedBatches) {
   // The state carried across a batch change is the metric: 100 steps at 100, then the rest at 400.
   const double reached = m.MetricAfter(100, 0.5, 100);
   EXPECT_NEAR(reached, 0.6, 1e-9);
-  // At 400 the best metric is 0.5 until iteration 60, 0.8 at 100: 0.6 at 60 + 40/3.
-  EXPECT_NEAR(m.StepsBetween(400, reached, 0.8), 100 - (60 + 40.0 / 3), 1e-6);
+  // At 400 the best metric rises from 0.5 at iteration 40 to 0.8 at 100 (the dip row is no rise):
+  // 0.6 at 40 + 60/3.
+  EXPECT_NEAR(m.StepsBetween(400, reached, 0.8), 100 - (40 + 60.0 / 3), 1e-6);
   EXPECT_LT(m.StepsBetween(400, reached, 0.8), m.StepsBetween(400, 0.5, 0.8));
   // Batches outside the measured range are not offered.
   try {

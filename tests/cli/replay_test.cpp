@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <stdexcept>
 
 #include "estimator/core/error.h"
 #include "search/cost.h"
@@ -33,7 +34,7 @@ TEST(Replay, DeterministicForASeedAndOracleNotBeaten) {
   CLOUDTUNE_NEEDS_SHARED_DATA();
   Scenario s = LoadScenario(kScenarios + "/pollux-cifar10-g4dn.json");
   auto a = RunReplay(s, 7), b = RunReplay(s, 7);
-  ASSERT_EQ(a.size(), 7u);
+  ASSERT_EQ(a.size(), 8u);
   double oracle = 0;
   for (size_t i = 0; i < a.size(); ++i) {
     EXPECT_EQ(a[i].policy, b[i].policy);
@@ -46,6 +47,101 @@ TEST(Replay, DeterministicForASeedAndOracleNotBeaten) {
   ASSERT_GT(oracle, 0);
   // Nobody beats the oracle by more than the measurement noise (5%).
   for (auto& r : a) EXPECT_GE(r.cost, oracle * 0.95) << r.policy;
+}
+
+const PolicyResult& Find(const std::vector<PolicyResult>& rs, const std::string& policy) {
+  for (const auto& r : rs)
+    if (r.policy == policy) return r;
+  throw std::runtime_error("no policy " + policy);
+}
+
+// A hand-made capacity trace for g4dn.12xlarge (10-minute ticks): 2 spot nodes for 30 min, none
+// for an hour, then 2 again. The start configuration (2 nodes) on spot is revoked at 30 min, waits
+// an hour, and restarts; on demand it never is.
+TEST(Replay, RevocationsFromACapacityTraceAndDeadlinesReported) {
+  CLOUDTUNE_NEEDS_SHARED_DATA();
+  const std::string trace = ::testing::TempDir() + "/g4dn_capacity.json";
+  {
+    std::ofstream f(trace);
+    f << R"({"metadata": {"gap_seconds": 600}, "data": [2, 2, 2, 0, 0, 0, 0, 0, 0)";
+    for (int i = 0; i < 500; ++i) f << ", 2";
+    f << "]}";
+  }
+  nlohmann::json j = Base();
+  j["spot"] = {{"reading", "count"}, {"offset_h", 0}, {"traces", {{"g4dn.12xlarge", trace}}}};
+  Scenario s = ParseScenario(j, "spot.json", kScenarios);
+  ASSERT_EQ(s.spot.count("g4dn.12xlarge"), 1u);
+  auto res = RunReplay(s, 0);  // seed 0: offset 0 into the trace
+  const PolicyResult& od = Find(res, "fixed-on-demand");
+  const PolicyResult& spot = Find(res, "fixed-spot");
+  EXPECT_EQ(od.revocations, 0);
+  EXPECT_DOUBLE_EQ(od.waited_h, 0);
+  ASSERT_GT(od.makespan_h, 0.5) << "the job must outlast the first 30 minutes";
+  EXPECT_EQ(spot.revocations, 1);
+  EXPECT_NEAR(spot.waited_h, 1.0, 1.0 / 60 + 1e-9);
+  EXPECT_GT(spot.makespan_h, od.makespan_h + 0.9);
+  EXPECT_LT(spot.cost, od.cost);  // still cheaper: spot costs a third
+  for (const auto& r : res) EXPECT_TRUE(r.deadline_met) << r.policy;  // no deadline
+  // A deadline between the two: on demand meets it, spot with restarts misses it, and says so.
+  j["objective"] = {{"goal", "cost"}, {"deadline_h", 0.5 * (od.makespan_h + spot.makespan_h)}};
+  s = ParseScenario(j, "spot.json", kScenarios);
+  res = RunReplay(s, 0);
+  EXPECT_TRUE(Find(res, "fixed-on-demand").deadline_met);
+  EXPECT_FALSE(Find(res, "fixed-spot").deadline_met);
+  // The other reading of the same file (0 = available): 2 means no capacity at the start.
+  j["spot"]["reading"] = "zero-is-up";
+  j.erase("objective");
+  s = ParseScenario(j, "spot.json", kScenarios);
+  res = RunReplay(s, 0);
+  EXPECT_GT(Find(res, "fixed-spot").waited_h, 0.4);
+  EXPECT_EQ(Find(res, "fixed-spot").revocations, 0);  // never held capacity before the gap
+  // Bad spot input is named.
+  j["spot"]["reading"] = "sometimes";
+  EXPECT_EQ(ErrorOf(j),
+            "s.json: spot: reading: 'sometimes' is not a spot trace reading (count or zero-is-up)");
+  j["spot"]["reading"] = "count";
+  j["spot"]["traces"] = {{"no-such-type", trace}};
+  EXPECT_EQ(ErrorOf(j), "s.json: spot: traces: 'no-such-type' is not in the catalog");
+}
+
+// Measured truth: steps come from the validation runs at each batch, not from a model.
+TEST(Replay, MeasuredTruthFromTheValidationRunsAtEachBatch) {
+  CLOUDTUNE_NEEDS_SHARED_DATA();
+  nlohmann::json j = Base();
+  nlohmann::json v;
+  for (int b : {128, 256, 512, 1024, 2048, 4096})
+    v[std::to_string(b)] =
+        "../../../shared/data/traces/pollux-t4/cifar10/validation-" + std::to_string(b) + ".csv";
+  j["validation"] = v;
+  const Scenario s = ParseScenario(j, "measured.json", kScenarios);
+  ASSERT_TRUE(s.measured);
+  EXPECT_DOUBLE_EQ(s.target_metric, s.measured->CommonTarget());
+  EXPECT_NEAR(s.target_progress, s.measured->StepsBetween(128, 0, s.target_metric), 1e-9);
+  for (const Config& c : s.candidates) {
+    EXPECT_GE(c.global_batch(), 128);
+    EXPECT_LE(c.global_batch(), 4096);
+  }
+  // Fixed on demand at the start (2 x 4 x 64 = 512): exactly the run at 512's steps to the
+  // target, at the traced step time.
+  const auto res = RunReplay(s, 1);
+  const PolicyResult& od = Find(res, "fixed-on-demand");
+  double step_time = 0;
+  for (size_t i = 0; i < s.candidates.size(); ++i)
+    if (s.candidates[i] == s.start) step_time = s.traces[i].step_time;
+  ASSERT_GT(step_time, 0);
+  const double steps = s.measured->StepsBetween(512, s.measured->StartMetric(), s.target_metric);
+  EXPECT_NEAR(od.makespan_h, steps * step_time / 3600, 0.01 * od.makespan_h);
+  for (const auto& r : res) EXPECT_TRUE(r.finished) << r.policy;
+  // Bad input is named.
+  j["validation"] = {{"big", "x.csv"}};
+  EXPECT_EQ(ErrorOf(j),
+            "s.json: validation: \"big\": expected a batch size (>= 1) naming a validation CSV "
+            "path");
+  j["validation"] = v;
+  j["target_metric"] = 2.0;
+  EXPECT_NE(ErrorOf(j).find("target_metric: 2.000000 is beyond what every measured run reaches"),
+            std::string::npos)
+      << ErrorOf(j);
 }
 
 TEST(Replay, CloudtuneBeatsFixedOnDemand) {
