@@ -301,34 +301,4 @@ double Flopp(const Catalog& c, const InstanceType& t, Purchase p) {
   return InstanceTflops(c, t) / HourlyPrice(t, 1, p);
 }
 
-Estimate ProjectStepTime(const Catalog& c, const InstanceType& from, const InstanceType& to,
-                         double step_time_s, double sync_time_s, int nodes) {
-  const GpuSpec* gf = c.Gpu(from.gpu_model);
-  const GpuSpec* gt = c.Gpu(to.gpu_model);
-  double log_ratio = 0;  // log(compute time on `to` / on `from`)
-  int known = 0;
-  if (gf && gt && gf->train_tflops > 0 && gt->train_tflops > 0) {
-    log_ratio += std::log(gf->train_tflops / gt->train_tflops);
-    ++known;
-  }
-  if (gf && gt && gf->memory_bandwidth_gbs > 0 && gt->memory_bandwidth_gbs > 0) {
-    log_ratio += std::log(gf->memory_bandwidth_gbs / gt->memory_bandwidth_gbs);
-    ++known;
-  }
-  double sigma;
-  if (known > 0) {
-    log_ratio /= known;
-    sigma = known == 2 ? 0.25 : 0.4;
-  } else {
-    // No specs: assume price per GPU tracks speed (constant FLOPP).
-    log_ratio = std::log((from.ondemand_per_hour / from.gpus) / (to.ondemand_per_hour / to.gpus));
-    sigma = 0.7;
-  }
-  const double compute = std::max(0.0, step_time_s - sync_time_s) * std::exp(log_ratio);
-  double sync = sync_time_s;
-  if (nodes > 1 && from.network_gbps > 0 && to.network_gbps > 0)
-    sync *= from.network_gbps / to.network_gbps;
-  return {compute + sync, sigma};
-}
-
 }  // namespace cloudtune::search

@@ -163,12 +163,7 @@ std::vector<Evaluation> ParetoFront(const SearchProblem& p);
 double InstanceTflops(const Catalog& c, const InstanceType& t);
 // FLOPP (DeepVM): TFLOPS per USD-hour at the purchase option's price (0 when TFLOPS unknown).
 double Flopp(const Catalog& c, const InstanceType& t, Purchase p);
-// Projects a step time measured/predicted on `from` to `to`: compute scales with the inverse
-// geometric mean of TFLOPS and memory-bandwidth ratios (per GPU), the all-reduce with the network
-// bandwidth ratio (multi-node) — as Sia/DeepVM do. Returns the projected step time and the
-// projection's own log uncertainty (0.25 with both GPU specs known, 0.4 with one ratio, 0.7 when
-// the ratio falls back to on-demand price per GPU).
-Estimate ProjectStepTime(const Catalog& c, const InstanceType& from, const InstanceType& to,
-                         double step_time_s, double sync_time_s, int nodes);
+// (What a type that was never measured would do is the throughput model's to say:
+// estimator/throughput_types.h, fed by HardwareOf in catalog.h.)
 
 }  // namespace cloudtune::search

@@ -12,6 +12,7 @@
 
 #include "estimator/core/error.h"
 #include "estimator/core/json_file.h"
+#include "cli/replay/oracle.h"
 #include "plugin/runtime/runtime.h"
 
 namespace cloudtune::replay {
@@ -146,28 +147,7 @@ class Simulator {
     return it == truth_.end() ? nullptr : it->second;
   }
 
-  core::NoiseState NoiseAt(double progress) const {
-    const auto& n = s_.noise;
-    core::NoiseState st;
-    st.base_batch = s_.base_batch;
-    auto it =
-        std::lower_bound(n.begin(), n.end(), progress,
-                         [](const core::NoiseObservation& a, double p) { return a.progress < p; });
-    if (it == n.begin()) {
-      st.grad_sqr = n.front().grad_sqr;
-      st.grad_var = n.front().grad_var;
-    } else if (it == n.end()) {
-      st.grad_sqr = n.back().grad_sqr;
-      st.grad_var = n.back().grad_var;
-    } else {
-      const core::NoiseObservation& a = *(it - 1);
-      const core::NoiseObservation& b = *it;
-      const double w = (progress - a.progress) / std::max(1e-12, b.progress - a.progress);
-      st.grad_sqr = a.grad_sqr + w * (b.grad_sqr - a.grad_sqr);
-      st.grad_var = a.grad_var + w * (b.grad_var - a.grad_var);
-    }
-    return st;
-  }
+  core::NoiseState NoiseAt(double progress) const { return s_.NoiseAt(progress); }
 
   // Runs `policy` to the target.
   PolicyResult Run(
@@ -619,6 +599,29 @@ Scenario ParseScenarioFields(const nlohmann::json& j, const std::string& name,
 
 }  // namespace
 
+core::NoiseState Scenario::NoiseAt(double progress) const {
+  const auto& n = noise;
+  core::NoiseState st;
+  st.base_batch = base_batch;
+  auto it =
+      std::lower_bound(n.begin(), n.end(), progress,
+                       [](const core::NoiseObservation& a, double p) { return a.progress < p; });
+  if (it == n.begin()) {
+    st.grad_sqr = n.front().grad_sqr;
+    st.grad_var = n.front().grad_var;
+  } else if (it == n.end()) {
+    st.grad_sqr = n.back().grad_sqr;
+    st.grad_var = n.back().grad_var;
+  } else {
+    const core::NoiseObservation& a = *(it - 1);
+    const core::NoiseObservation& b = *it;
+    const double w = (progress - a.progress) / std::max(1e-12, b.progress - a.progress);
+    st.grad_sqr = a.grad_sqr + w * (b.grad_sqr - a.grad_sqr);
+    st.grad_var = a.grad_var + w * (b.grad_var - a.grad_var);
+  }
+  return st;
+}
+
 double Scenario::ProgressAt(double metric) const {
   return measured ? measured->StepsBetween(measured->min_batch(), 0.0, metric) : 0.0;
 }
@@ -674,7 +677,7 @@ Scenario LoadScenario(const std::string& path) {
   return ParseScenario(j, path, slash == std::string::npos ? "." : path.substr(0, slash));
 }
 
-std::vector<PolicyResult> RunReplay(const Scenario& s, uint64_t seed) {
+std::vector<PolicyResult> RunReplay(const Scenario& s, uint64_t seed, const Oracle* oracle) {
   std::vector<PolicyResult> out;
   SpaceOptions all;
   auto run = [&](const std::string& name,
@@ -709,11 +712,6 @@ std::vector<PolicyResult> RunReplay(const Scenario& s, uint64_t seed) {
     const search::Recommendation r = CloudtuneDecide(*tuner, job);
     return {r.proposed.config, r.action == Recommendation::Action::kMeasure};
   });
-  // oracle: knows every trace, re-decides with the same objective.
-  run("oracle", [&](Simulator& sim, const Config& cur, bool first) -> Decision {
-    if (first) return {s.start, true};
-    return Informed(sim, s, cur, s.candidates, s.objective, all);
-  });
   run("fixed-on-demand", [&](Simulator&, const Config&, bool) -> Decision {
     return {s.start, false};
   });
@@ -722,6 +720,38 @@ std::vector<PolicyResult> RunReplay(const Scenario& s, uint64_t seed) {
     const InstanceType& t = s.catalog.types[s.catalog.Find(c.type)];
     c.purchase = t.has_spot() ? Purchase::kSpot : Purchase::kOnDemand;
     run("fixed-spot", [c](Simulator&, const Config&, bool) -> Decision { return {c, false}; });
+    // Managed spot: on demand while the spot capacity is gone (seen at a decision).
+    run("managed-spot", [c, &s](Simulator& sim, const Config&, bool first) -> Decision {
+      if (first || sim.SpotAvailable(c.type) >= c.nodes) return {c, false};
+      return {s.start, false};
+    });
+    if (s.objective.deadline_h > 0) {
+      // Uniform Progress: its speed is what it has measured (progress per hour of its last window
+      // that made progress; the start configuration runs at one speed on spot and on demand).
+      struct State {
+        double progress = 0, hours = 0, rate = 0;
+      };
+      auto st = std::make_shared<State>();
+      const double deadline = s.objective.deadline_h, target = s.target_progress;
+      const double restart_h = (s.cost.switch_s + s.cost.restart_s) / 3600;
+      const double window_h = s.decision_interval_s / 3600;
+      run("uniform-progress", [c, &s, st, deadline, target, restart_h, window_h](
+                                  Simulator& sim, const Config&, bool first) -> Decision {
+        if (first) return {s.start, false};  // the first window measures its speed on demand
+        if (sim.progress() > st->progress && sim.hours() > st->hours)
+          st->rate = (sim.progress() - st->progress) / (sim.hours() - st->hours);
+        st->progress = sim.progress();
+        st->hours = sim.hours();
+        const double left_h = deadline - sim.hours();
+        const double work_h = st->rate > 0 ? (target - sim.progress()) / st->rate : left_h;
+        // Safety net: switch to on demand for good when one more window's gamble plus a restart
+        // would leave too little time for the work on demand.
+        if (left_h <= work_h + window_h + restart_h) return {s.start, false};
+        if (sim.progress() >= target * sim.hours() / deadline)
+          return {c, false};  // ahead (or on the line): spot, waiting when there is none
+        return {s.start, false};
+      });
+    }
   }
   // Types that have traces.
   std::vector<std::string> types;
@@ -792,6 +822,43 @@ std::vector<PolicyResult> RunReplay(const Scenario& s, uint64_t seed) {
       if (first) return Decision{s.start, true};
       return Informed(sim, s, cur, same, time, od);
     });
+  }
+  // A perfect model deciding online (greedy in time, not in hindsight).
+  run("informed-greedy", [&](Simulator& sim, const Config& cur, bool first) -> Decision {
+    if (first) return {s.start, true};
+    return Informed(sim, s, cur, s.candidates, s.objective, all);
+  });
+  {  // the hindsight optimum, given at least the time the slowest policy took
+    double horizon_h = 0;
+    for (const PolicyResult& r : out)
+      if (r.finished) horizon_h = std::max(horizon_h, r.makespan_h);
+    OracleOptions oo;
+    oo.horizon_h = std::max(horizon_h, s.decision_interval_s / 3600);
+    std::unique_ptr<Oracle> own;
+    if (!oracle) own = std::make_unique<Oracle>(s, oo);
+    const OracleResult o = oracle ? oracle->Solve(seed, oo.horizon_h) : own->Solve(seed);
+    PolicyResult r;
+    r.policy = "oracle";
+    r.finished = o.finished;
+    r.cost = o.cost;
+    r.cost_lower = o.cost_lower;
+    r.switches = o.switches;
+    r.schedule = o.schedule;
+    r.makespan_h = o.makespan_h;
+    const ObjectiveOptions& ob = s.objective;
+    r.deadline_met = ob.deadline_h <= 0 || (r.finished && r.makespan_h <= ob.deadline_h);
+    r.budget_met = ob.budget_usd <= 0 || (r.finished && r.cost <= ob.budget_usd);
+    PolicyResult f;
+    f.policy = "hindsight-fixed";
+    f.finished = o.fixed_cost > 0;
+    f.cost = o.fixed_cost;
+    f.makespan_h = o.fixed_makespan_h;
+    f.switches = f.finished ? 1 : 0;
+    if (f.finished) f.schedule = {"0.00 h: " + o.fixed_config};
+    f.deadline_met = ob.deadline_h <= 0 || (f.finished && f.makespan_h <= ob.deadline_h);
+    f.budget_met = ob.budget_usd <= 0 || (f.finished && f.cost <= ob.budget_usd);
+    out.insert(out.begin() + 1, r);
+    out.insert(out.begin() + 2, f);
   }
   return out;
 }

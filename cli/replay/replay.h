@@ -93,6 +93,8 @@ struct Scenario {
   double spot_offset_s = 86400;  // seed k starts k x this into the spot traces
   // Progress (B0-steps) of a run that has reached `metric` (with `measured`).
   double ProgressAt(double metric) const;
+  // The noise trace's gradient statistics at `progress` (linear between its rows, its ends held).
+  core::NoiseState NoiseAt(double progress) const;
 };
 
 // Throws cloudtune::InputError "FILE: FIELD: what" on a malformed scenario or trace.
@@ -111,6 +113,8 @@ struct PolicyResult {
   bool finished = true;                         // reached the target before the simulation limit
   bool deadline_met = true, budget_met = true;  // over the whole run (true when there is none)
   double waited_h = 0;  // hours without the spot capacity its configuration needs
+  double cost_lower = 0;  // the oracle only: no schedule of its model costs less (USD)
+  std::vector<std::string> schedule;  // the oracle only, when its options record it
 };
 
 // What a job running in the replay has seen: the cloudtune policy's only inputs.
@@ -130,9 +134,26 @@ runtime::RuntimeSetup CloudtuneSetup(const Scenario& s);
 // One decision of the cloudtune policy: the runtime's fit-and-search on what the job has seen.
 search::Recommendation CloudtuneDecide(const runtime::Runtime& rt, const JobView& job);
 
-// Runs every policy on one seed: "cloudtune", "oracle", "fixed-on-demand", "fixed-spot" (the start
-// configuration on spot, restarting after revocations), "cheapest-spot", "fastest-first",
-// "deepvm-flopp", "pollux-goodput". Deterministic for (scenario, seed).
-std::vector<PolicyResult> RunReplay(const Scenario& s, uint64_t seed);
+class Oracle;
+// Runs every policy on one seed. Deterministic for (scenario, seed).
+//  cloudtune          the runtime a live job runs (CloudtuneDecide), starting at the start;
+//  fixed-on-demand    the start configuration throughout;
+//  fixed-spot         the start configuration on spot, waiting out shortages and restarting;
+//  managed-spot       the start configuration on spot, failing over to on demand at a decision
+//                     when the spot capacity is gone and back when it returns (SkyPilot's managed
+//                     spot; the traces have one zone per type, so there is no other zone to try);
+//  uniform-progress   deadline scenarios only: the start configuration on spot while progress is
+//                     at least the uniform line target × elapsed / deadline and on demand when it
+//                     falls behind or when the time left only just covers the work left on demand
+//                     (Can't Be Late, NSDI'24), its speed measured from its own progress;
+//  cheapest-spot, fastest-first, deepvm-flopp (DeepVM's FLOPP ranking), pollux-goodput (batch and
+//                     workers tuned for goodput on the start type, on demand);
+//  informed-greedy    the runtime's Decide() with true step times and steps (no exploration):
+//                     what a perfect model deciding online would do;
+//  hindsight-fixed    the best single configuration in hindsight (cli/replay/oracle.h);
+//  oracle             the hindsight-optimal schedule (cli/replay/oracle.h) within the time the
+//                     slowest other policy took (or the deadline); built from `oracle` when given.
+std::vector<PolicyResult> RunReplay(const Scenario& s, uint64_t seed,
+                                    const Oracle* oracle = nullptr);
 
 }  // namespace cloudtune::replay

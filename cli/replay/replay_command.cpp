@@ -9,6 +9,7 @@
 
 #include "cli/commands.h"
 #include "cli/progress.h"
+#include "cli/replay/oracle.h"
 #include "cli/replay/replay.h"
 #include "estimator/core/error.h"
 #include "estimator/core/stats.h"
@@ -24,12 +25,16 @@ void RegisterReplayCommand(CLI::App& app) {
     std::vector<std::string> scenarios;
     std::vector<uint64_t> seeds;
     std::string format = "table", out;
+    bool oracle_schedule = false;
   };
   auto pa = std::make_shared<RepArgs>();
   rep->add_option("scenario", pa->scenarios, "Scenario JSON file(s)")->required();
   rep->add_option("--seeds", pa->seeds, "Override the scenario seeds");
   rep->add_option("--format", pa->format, "table or json (default table)");
   rep->add_option("-o,--output", pa->out, "Write to this file instead of stdout");
+  rep->add_flag("--oracle-schedule", pa->oracle_schedule,
+                "Print the hindsight oracle's schedule (memory: windows x configurations x levels "
+                "x 4 bytes)");
   rep->callback([pa]() {
     if (pa->format != "json" && pa->format != "table")
       throw InputError("--format: '" + pa->format + "' (expected table or json)");
@@ -41,6 +46,10 @@ void RegisterReplayCommand(CLI::App& app) {
     std::map<std::string, int> misses;  // runs whose deadline or budget a policy missed
     int oracle_met_cloudtune_missed = 0;
     std::map<std::string, std::vector<double>> rel_by_policy;
+    std::vector<double> vs_uniform;  // cloudtune / Uniform Progress cost, same deadline outcome
+    std::vector<double> vs_hindsight_fixed;  // cloudtune / best fixed configuration, cost goal
+    std::vector<double> time_vs_oracle;      // cloudtune / oracle makespan, time goal
+    int uniform_met_cloudtune_missed = 0;
     Progress progress("replay", static_cast<int>(pa->scenarios.size()));
     int scenario_index = 0;
     for (const auto& path : pa->scenarios) {
@@ -48,16 +57,32 @@ void RegisterReplayCommand(CLI::App& app) {
       progress.Step(scenario_index, "loading " + path);
       replay::Scenario s = replay::LoadScenario(path);
       const auto seeds = pa->seeds.empty() ? s.seeds : pa->seeds;
+      replay::OracleOptions oo;
+      oo.schedule = pa->oracle_schedule;
+      const replay::Oracle hindsight(s, oo);  // its tables serve every seed
       for (uint64_t seed : seeds) {
         progress.Step(scenario_index, s.name + " seed " + std::to_string(seed));
-        auto res = replay::RunReplay(s, seed);
-        double oracle = 0, fixed = 0, fixed_spot = 0;
-        bool oracle_met = true;
+        auto res = replay::RunReplay(s, seed, &hindsight);
+        double oracle = 0, oracle_lower = 0, fixed = 0, fixed_spot = 0, cloudtune = 0, up = 0;
+        double hindsight_fixed = 0, oracle_h = 0, cloudtune_h = 0;
+        bool oracle_met = true, cloudtune_met = true, up_met = true;
         for (auto& r : res) {
-          if (r.policy == "oracle") oracle = r.cost, oracle_met = r.deadline_met && r.budget_met;
+          if (r.policy == "oracle") {
+            oracle = r.cost, oracle_lower = r.cost_lower, oracle_h = r.makespan_h;
+            oracle_met = r.finished && r.deadline_met && r.budget_met;
+          }
           if (r.policy == "fixed-on-demand") fixed = r.cost;
           if (r.policy == "fixed-spot") fixed_spot = r.cost;
+          if (r.policy == "cloudtune")
+            cloudtune = r.cost, cloudtune_met = r.deadline_met, cloudtune_h = r.makespan_h;
+          if (r.policy == "hindsight-fixed") hindsight_fixed = r.cost;
+          if (r.policy == "uniform-progress") up = r.cost, up_met = r.deadline_met;
         }
+        if (up > 0 && up_met == cloudtune_met) vs_uniform.push_back(cloudtune / up);
+        const bool time_goal = s.objective.goal == core::Goal::kTime;
+        if (time_goal && oracle_h > 0) time_vs_oracle.push_back(cloudtune_h / oracle_h);
+        if (!time_goal && hindsight_fixed > 0) vs_hindsight_fixed.push_back(cloudtune / hindsight_fixed);
+        if (up > 0 && up_met && !cloudtune_met) ++uniform_met_cloudtune_missed;
         os << "scenario " << s.name << "  seed " << seed << "  (target ";
         if (s.measured)
           os << "metric " << s.target_metric << " = " << s.target_progress << " B0-steps, measured";
@@ -90,7 +115,7 @@ void RegisterReplayCommand(CLI::App& app) {
                      : "-")
              << (r.finished ? "" : "  (did not finish)") << "\n";
           if (!(r.deadline_met && r.budget_met)) ++misses[r.policy];
-          run["policies"].push_back({{"policy", r.policy},
+          nlohmann::json pj = {{"policy", r.policy},
                                      {"cost_usd", r.cost},
                                      {"makespan_h", r.makespan_h},
                                      {"switches", r.switches},
@@ -101,9 +126,12 @@ void RegisterReplayCommand(CLI::App& app) {
                                      {"finished", r.finished},
                                      {"deadline_met", r.deadline_met},
                                      {"budget_met", r.budget_met},
-                                     {"waited_h", r.waited_h}});
+                                     {"waited_h", r.waited_h}};
+          if (r.policy == "oracle") pj["cost_lower_usd"] = r.cost_lower;
+          if (!r.schedule.empty()) pj["schedule"] = r.schedule;
+          run["policies"].push_back(pj);
           if (r.policy == "cloudtune") {
-            rel_oracle.push_back(rel);
+            if (s.objective.goal != core::Goal::kTime) rel_oracle.push_back(rel);
             saving_fixed.push_back(1 - r.cost / fixed);
             if (fixed_spot > 0) saving_spot.push_back(1 - r.cost / fixed_spot);
             explore_share.push_back(r.exploration_cost / r.cost);
@@ -111,10 +139,18 @@ void RegisterReplayCommand(CLI::App& app) {
           }
         }
         jr["runs"].push_back(run);
+        if (oracle > 0)
+          os << "oracle: a schedule it can follow costs $" << std::setprecision(2) << oracle
+             << "; no schedule of its model costs less than $" << oracle_lower
+             << " (discretisation " << std::setprecision(1)
+             << 100 * (oracle / std::max(1e-12, oracle_lower) - 1) << "%)\n";
+        for (auto& r : res)
+          if (r.policy == "oracle" || r.policy == "hindsight-fixed")
+            for (const auto& line : r.schedule) os << "  " << r.policy << " from " << line << "\n";
         os << "\n";
       }
     }
-    os << "summary over " << rel_oracle.size() << " runs (median):\n";
+    os << "summary over " << saving_fixed.size() << " runs (median cost / oracle cost):\n";
     for (auto& [policy, v] : rel_by_policy)
       os << "  " << std::left << std::setw(18) << policy << std::right << std::setprecision(3)
          << Median(v) << "x oracle cost\n";
@@ -124,26 +160,42 @@ void RegisterReplayCommand(CLI::App& app) {
         sorted.empty() ? NAN
                        : sorted[std::min(sorted.size() - 1,
                                          static_cast<size_t>(std::ceil(0.9 * sorted.size()) - 1))];
-    os << "  cloudtune: cost vs oracle " << std::setprecision(4) << Median(rel_oracle) << "x (p90 "
-       << p90 << "x), saving vs fixed on-demand " << std::setprecision(1)
+    auto median_or_nan = [](const std::vector<double>& v) { return v.empty() ? NAN : Median(v); };
+    os << "  cloudtune: cost vs oracle " << std::setprecision(4) << median_or_nan(rel_oracle)
+       << "x (p90 " << p90 << "x; " << rel_oracle.size()
+       << " runs with the cost goal), vs the best fixed configuration in hindsight "
+       << median_or_nan(vs_hindsight_fixed) << "x; saving vs fixed on-demand " << std::setprecision(1)
        << 100 * Median(saving_fixed) << "%, vs fixed spot " << 100 * Median(saving_spot)
        << "%, exploration " << std::setprecision(2) << 100 * Median(explore_share)
        << "% of its cost (max "
        << 100 * *std::max_element(explore_share.begin(), explore_share.end()) << "%)\n";
+    if (!time_vs_oracle.empty())
+      os << "  time goal: cloudtune makespan / oracle makespan " << std::setprecision(3)
+         << Median(time_vs_oracle) << "x (median of " << time_vs_oracle.size() << " runs)\n";
     os << "  deadline or budget missed (runs):";
     for (const auto& [policy, n] : misses) os << " " << policy << " " << n << ";";
     if (misses.empty()) os << " none";
     os << " cloudtune missed where the oracle met: " << oracle_met_cloudtune_missed << "\n";
+    if (!vs_uniform.empty() || uniform_met_cloudtune_missed)
+      os << "  deadline runs: cloudtune cost / uniform-progress cost " << std::setprecision(3)
+         << (vs_uniform.empty() ? NAN : Median(vs_uniform)) << "x (median of "
+         << vs_uniform.size() << " runs with the same deadline outcome); uniform-progress met "
+         << "where cloudtune missed: " << uniform_met_cloudtune_missed << "\n";
     nlohmann::json miss = nlohmann::json::object();
     for (const auto& [policy, n] : misses) miss[policy] = n;
     jr["summary"] = {
-        {"cloudtune_cost_vs_oracle_median", Median(rel_oracle)},
+        {"cloudtune_cost_vs_oracle_median", median_or_nan(rel_oracle)},
+        {"cloudtune_cost_vs_hindsight_fixed_median", median_or_nan(vs_hindsight_fixed)},
+        {"cloudtune_makespan_vs_oracle_time_goal_median", median_or_nan(time_vs_oracle)},
         {"cloudtune_cost_vs_oracle_p90", p90},
         {"cloudtune_saving_vs_fixed_median", Median(saving_fixed)},
         {"cloudtune_saving_vs_fixed_spot_median", saving_spot.empty() ? NAN : Median(saving_spot)},
         {"cloudtune_exploration_share_median", Median(explore_share)},
         {"missed_runs", miss},
-        {"cloudtune_missed_where_oracle_met", oracle_met_cloudtune_missed}};
+        {"cloudtune_missed_where_oracle_met", oracle_met_cloudtune_missed},
+        {"cloudtune_cost_vs_uniform_progress_median",
+         vs_uniform.empty() ? NAN : Median(vs_uniform)},
+        {"uniform_progress_met_where_cloudtune_missed", uniform_met_cloudtune_missed}};
     Output(pa->out, pa->format == "json" ? jr.dump(2) + "\n" : os.str());
   });
 }

@@ -236,14 +236,16 @@ TEST(Search, ParetoFrontIsNonDominated) {
   EXPECT_DOUBLE_EQ(front.back().cost, BruteForce(p, false).cost);
 }
 
-TEST(Search, ProjectionUsesSpecRatios) {
+// What the throughput model over types learns of an unmeasured type comes from the catalog
+// (estimator/throughput_types.h projects it); FLOPP ranks by TFLOPS per dollar.
+TEST(Search, HardwareAndFloppFromTheCatalog) {
   Catalog c = SmallCatalog();
   const InstanceType& t4 = c.types[c.Find("t4x4")];
-  const InstanceType& v = c.types[c.Find("v100x4")];
-  // compute 1.0 s scales by sqrt(65/125 * 300/900); sync 0.2 s by network 50/10 on 2 nodes.
-  Estimate e = ProjectStepTime(c, t4, v, 1.2, 0.2, 2);
-  EXPECT_NEAR(e.value, std::sqrt(65.0 / 125 * 300.0 / 900) + 0.2 * 5, 1e-12);
-  EXPECT_DOUBLE_EQ(e.log_sigma, 0.25);
+  const estimator::Hardware v = HardwareOf(c, "v100x4");
+  EXPECT_DOUBLE_EQ(v.memory_bandwidth_gbs, 900);
+  EXPECT_DOUBLE_EQ(v.network_gbps, 10);
+  EXPECT_DOUBLE_EQ(HardwareOf(c, "t4").memory_bandwidth_gbs, 300);  // a GPU model's name
+  EXPECT_FALSE(HardwareOf(c, "nowhere").known());
   EXPECT_GT(Flopp(c, t4, Purchase::kSpot), Flopp(c, t4, Purchase::kOnDemand));
 }
 

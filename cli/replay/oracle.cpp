@@ -1,0 +1,456 @@
+#include "cli/replay/oracle.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <tuple>
+#include <iomanip>
+#include <sstream>
+
+#include "estimator/core/error.h"
+#include "estimator/efficiency.h"
+#include "search/cost.h"
+
+namespace cloudtune::replay {
+
+namespace {
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr double kChunkS = 60;  // the replay's simulation step (Gain model and capacity checks)
+}  // namespace
+
+bool OracleOptions::IsValid(std::string* error) const {
+  auto fail = [error](const std::string& m) {
+    if (error) *error = m;
+    return false;
+  };
+  if (levels < 2 || levels > 100000) return fail("levels: must be in [2, 100000]");
+  if (!(window_s >= 0) || !std::isfinite(window_s)) return fail("window_s: must be >= 0");
+  if (!(horizon_h >= 0) || !std::isfinite(horizon_h)) return fail("horizon_h: must be >= 0");
+  return true;
+}
+
+// ---- the window model ------------------------------------------------------------------------
+
+WindowModel::WindowModel(const Scenario& s, double window_s)
+    : s_(s),
+      window_s_(window_s > 0       ? window_s
+                : s.spot.empty() ? s.decision_interval_s
+                                 : std::min(s.decision_interval_s, s.measure_s)) {
+  for (size_t i = 0; i < s.candidates.size(); ++i)
+    step_[s.candidates[i].Key()] = s.traces[i].step_time;
+}
+
+double WindowModel::CheckpointShare(const Config& c) const {
+  const InstanceType& t = s_.catalog.types[s_.catalog.Find(c.type)];
+  const double ckpt =
+      c.purchase == Purchase::kAnchor ? s_.cost.anchor_checkpoint_s : s_.cost.checkpoint_s;
+  const double tau = YoungDalyInterval(ckpt, ClusterRevocationRate(t, c.nodes, c.purchase));
+  return std::isfinite(tau) ? ckpt / tau : 0.0;
+}
+
+double WindowModel::StartProgress() const {
+  return s_.measured ? s_.ProgressAt(s_.measured->StartMetric()) : 0.0;
+}
+
+double WindowModel::TrainSeconds(const Config& c, double switch_s) const {
+  return std::max(0.0, window_s_ - switch_s) / (1 + CheckpointShare(c));
+}
+
+double WindowModel::Advance(const Config& c, double u, double train_s, double* finish_s) const {
+  *finish_s = -1;
+  const auto it = step_.find(c.Key());
+  if (it == step_.end()) throw InputError("oracle: untraced configuration " + c.ToString());
+  const double step = it->second;
+  const double batch = static_cast<double>(c.global_batch());
+  const double target = s_.target_progress;
+  if (u >= target) {
+    *finish_s = 0;
+    return target;
+  }
+  if (s_.measured) {
+    const MeasuredSteps& m = *s_.measured;
+    // The metric whose progress (steps of the smallest batch from metric 0) is u.
+    const double from = std::max(m.StartMetric(), m.MetricAfter(m.min_batch(), 0.0, u));
+    if (from >= s_.target_metric) {  // u is the target up to rounding
+      *finish_s = 0;
+      return target;
+    }
+    const double to = m.MetricAfter(batch, from, train_s / step);
+    if (to >= s_.target_metric) {
+      *finish_s = std::min(train_s, m.StepsBetween(batch, from, s_.target_metric) * step);
+      return target;
+    }
+    return std::min(target, std::max(u, s_.ProgressAt(to)));
+  }
+  double left = train_s, done = 0;
+  while (left > 1e-9) {
+    const double chunk = std::min(kChunkS, left);
+    const double dp = chunk / step * estimator::Gain(s_.NoiseAt(u), batch);
+    if (u + dp >= target) {
+      *finish_s = done + (dp > 0 ? (target - u) / dp : 1.0) * chunk;
+      return target;
+    }
+    u += dp;
+    done += chunk;
+    left -= chunk;
+  }
+  return u;
+}
+
+// ---- the tables ------------------------------------------------------------------------------
+
+struct Oracle::Tables {
+  WindowModel model;
+  int K = 0;        // levels: u_k = k × target / K, k in [0, K); K = finished
+  double W = 0;     // window, s
+  std::vector<Config> configs;
+  std::vector<int> group;           // same instances (type, nodes, GPUs/node, purchase)
+  std::vector<double> price;        // USD/h
+  std::vector<double> ckpt_share;   // checkpoint seconds per training second
+  std::vector<double> switch_s[3];  // per class: 0 stay, 1 batch switch, 2 other hardware
+  std::vector<int> spot_nodes;      // spot nodes held (0: on demand)
+  // Per class, config, level: the next level rounded down / up (K = finished) and the training
+  // seconds to the target when it finishes inside the window (-1 otherwise).
+  std::vector<int> next_lo[3], next_hi[3];
+  std::vector<float> finish[3];
+  int start = -1;       // the start configuration, on demand
+  int start_spot = -1;  // the same launched on spot (as the fixed-spot baseline is), if any
+  explicit Tables(const Scenario& s, double w) : model(s, w) {}
+  size_t At(size_t c, int k) const { return c * K + k; }
+};
+
+Oracle::~Oracle() = default;
+
+size_t Oracle::configurations() const { return t_->configs.size(); }
+
+Oracle::Oracle(const Scenario& s, const OracleOptions& o) : s_(s), o_(o) {
+  std::string err;
+  if (!o.IsValid(&err)) throw InputError("oracle options: " + err);
+  t_ = std::make_unique<Tables>(s, o.window_s);
+  Tables& T = *t_;
+  T.K = o.levels;
+  T.W = T.model.window_s();
+  const double u0 = T.model.StartProgress();
+  const double du = (s.target_progress - u0) / T.K;
+  if (!(du > 0)) throw InputError("oracle: the target is no progress beyond the start");
+
+  // Drop the batches that are never the fastest of their instances at any level (on demand, a
+  // whole window).
+  std::map<std::tuple<std::string, int, int>, std::vector<size_t>> by_hw;
+  for (size_t i = 0; i < s.candidates.size(); ++i) {
+    const Config& c = s.candidates[i];
+    by_hw[{c.type, c.nodes, c.gpus_per_node}].push_back(i);
+  }
+  std::vector<char> keep(s.candidates.size(), 0);
+  for (auto& [hw, idx] : by_hw) {
+    std::vector<double> best(T.K, -1);
+    std::vector<size_t> arg(T.K, idx[0]);
+    for (size_t i : idx) {
+      const double train = T.model.TrainSeconds(s.candidates[i], 0);
+      for (int k = 0; k < T.K; ++k) {
+        double fin = -1;
+        double u = T.model.Advance(s.candidates[i], u0 + k * du, train, &fin);
+        if (fin >= 0) u = s.target_progress + (train - fin);  // earlier finish = better
+        if (u > best[k]) best[k] = u, arg[k] = i;
+      }
+    }
+    for (int k = 0; k < T.K; ++k) keep[arg[k]] = 1;
+  }
+  for (size_t i = 0; i < s.candidates.size(); ++i)
+    if (s.candidates[i] == s.start) keep[i] = 1;
+
+  std::map<std::tuple<std::string, int, int, int>, int> groups;
+  for (size_t i = 0; i < s.candidates.size(); ++i) {
+    if (!keep[i]) continue;
+    const Config& base = s.candidates[i];
+    const InstanceType& it = s.catalog.types[s.catalog.Find(base.type)];
+    std::vector<Purchase> purchases{Purchase::kOnDemand};
+    if (it.has_spot()) purchases.push_back(Purchase::kSpot);
+    if (it.has_spot() && base.nodes > 1) purchases.push_back(Purchase::kAnchor);
+    for (Purchase p : purchases) {
+      Config c = base;
+      c.purchase = p;
+      if (c == s.start) T.start = static_cast<int>(T.configs.size());
+      Config spot_start = s.start;
+      spot_start.purchase = Purchase::kSpot;
+      if (c == spot_start) T.start_spot = static_cast<int>(T.configs.size());
+      const auto key = std::make_tuple(c.type, c.nodes, c.gpus_per_node, static_cast<int>(p));
+      const int g = groups.emplace(key, static_cast<int>(groups.size())).first->second;
+      T.configs.push_back(c);
+      T.group.push_back(g);
+      T.price.push_back(HourlyPrice(it, c.nodes, p));
+      T.ckpt_share.push_back(T.model.CheckpointShare(c));
+      T.spot_nodes.push_back(p == Purchase::kSpot ? c.nodes : p == Purchase::kAnchor ? c.nodes - 1
+                                                                                      : 0);
+    }
+  }
+  const size_t C = T.configs.size();
+  for (int cls = 0; cls < 3; ++cls) {
+    const double sw = cls == 0 ? 0 : cls == 1 ? s.cost.batch_switch_s : s.cost.switch_s;
+    T.switch_s[cls].assign(C, sw);
+    T.next_lo[cls].assign(C * T.K, T.K);
+    T.next_hi[cls].assign(C * T.K, T.K);
+    T.finish[cls].assign(C * T.K, -1.f);
+    for (size_t c = 0; c < C; ++c) {
+      const double train = T.model.TrainSeconds(T.configs[c], sw);
+      for (int k = 0; k < T.K; ++k) {
+        double fin = -1;
+        const double u = T.model.Advance(T.configs[c], u0 + k * du, train, &fin);
+        if (fin >= 0) {
+          T.finish[cls][T.At(c, k)] = static_cast<float>(fin);
+          continue;  // next levels stay K
+        }
+        const double x = (u - u0) / du;
+        T.next_lo[cls][T.At(c, k)] = std::min(T.K - 1, std::max(k, static_cast<int>(std::floor(x))));
+        // Rounding up never reaches K: finishing needs the model to say so.
+        T.next_hi[cls][T.At(c, k)] = std::min(T.K - 1, static_cast<int>(std::ceil(x - 1e-9)));
+      }
+    }
+  }
+}
+
+OracleResult Oracle::Solve(uint64_t seed, double horizon) const {
+  const Tables& T = *t_;
+  const Scenario& s = s_;
+  const size_t C = T.configs.size();
+  const int K = T.K;
+  double horizon_h = horizon > 0 ? horizon : o_.horizon_h;
+  if (s.objective.deadline_h > 0)
+    horizon_h = horizon_h > 0 ? std::min(horizon_h, s.objective.deadline_h) : s.objective.deadline_h;
+  if (!(horizon_h > 0)) throw InputError("oracle: no horizon (no deadline and horizon_h = 0)");
+  const double horizon_s = horizon_h * 3600;
+  const int H = static_cast<int>(std::ceil(horizon_s / T.W - 1e-9));
+  const double offset_s = static_cast<double>(seed) * s.spot_offset_s;
+  const bool time_goal = s.objective.goal == Goal::kTime;
+  const double budget = s.objective.budget_usd > 0 && time_goal ? s.objective.budget_usd : kInf;
+
+  // Spot capacity per window (min over the window's minutes), per type with a trace.
+  std::map<std::string, std::vector<int>> avail;
+  for (const auto& [type, trace] : s.spot) {
+    std::vector<int>& a = avail[type];
+    a.resize(H);
+    for (int j = 0; j < H; ++j) {
+      int lo = 1 << 20;
+      for (double t = j * T.W; t < (j + 1) * T.W - 1e-9; t += kChunkS)
+        lo = std::min(lo, trace.Available(t, 1 << 20, s.spot_reading, offset_s));
+      a[j] = lo;
+    }
+  }
+  auto allowed = [&](size_t c, int j) {
+    if (T.spot_nodes[c] == 0) return true;
+    auto it = avail.find(T.configs[c].type);
+    return it == avail.end() || it->second[j] >= T.spot_nodes[c];
+  };
+
+  // Parents (recording only): per window, the state each state came from.
+  const bool record = o_.schedule;
+  std::vector<std::vector<int32_t>> parent;
+  int32_t fin_parent = -1, fin_window = -1, fin_config = -1;
+  // Idling helps only while waiting for spot capacity (without traces, time changes nothing).
+  const bool may_idle = !s.spot.empty();
+  auto run = [&](const std::vector<int>* next, double* best_cost, double* best_time, bool rec) {
+    // V[c * K + k]: least cost to stand at level k at the window's start, having run c (index C:
+    // idle) in the window before.
+    const size_t S = (C + 1) * K;
+    std::vector<double> V(S, kInf), N(S, kInf);
+    V[T.At(T.start, 0)] = 0;
+    if (T.start_spot >= 0) V[T.At(T.start_spot, 0)] = 0;
+    std::vector<double> any(K), grp;
+    std::vector<int32_t> any_at(K), grp_at;
+    int groups = 0;
+    for (int g : T.group) groups = std::max(groups, g + 1);
+    *best_cost = kInf;
+    *best_time = kInf;
+    for (int j = 0; j < H; ++j) {
+      const double t0 = j * T.W;
+      std::fill(any.begin(), any.end(), kInf);
+      grp.assign(static_cast<size_t>(groups) * K, kInf);
+      if (rec) grp_at.assign(static_cast<size_t>(groups) * K, -1);
+      bool alive = false;
+      for (size_t c = 0; c <= C; ++c)
+        for (int k = 0; k < K; ++k) {
+          const double v = V[c * K + k];
+          if (v == kInf) continue;
+          alive = true;
+          const int32_t at = static_cast<int32_t>(c * K + k);
+          if (v < any[k]) any[k] = v, any_at[k] = at;
+          if (c < C && v < grp[T.group[c] * K + k]) {
+            grp[T.group[c] * K + k] = v;
+            if (rec) grp_at[T.group[c] * K + k] = at;
+          }
+        }
+      if (!alive) break;
+      std::fill(N.begin(), N.end(), kInf);
+      std::vector<int32_t>* P = nullptr;
+      if (rec) {
+        parent.emplace_back(S, -1);
+        P = &parent.back();
+      }
+      for (int k = 0; k < K && may_idle; ++k) {  // idle: free, no progress
+        N[C * K + k] = any[k];
+        if (P && any[k] < kInf) (*P)[C * K + k] = any_at[k];
+      }
+      for (size_t c = 0; c < C; ++c) {
+        if (!allowed(c, j)) continue;
+        const double price = T.price[c];
+        const double window_cost = T.W / 3600 * price;
+        for (int k = 0; k < K; ++k) {
+          const double base[3] = {V[c * K + k], grp[T.group[c] * K + k], any[k]};
+          for (int cls = 0; cls < 3; ++cls) {
+            const double b = base[cls];
+            if (b == kInf) continue;
+            const size_t at = T.At(c, k);
+            const float fin = T.finish[cls][at];
+            auto from = [&]() -> int32_t {
+              return cls == 0 ? static_cast<int32_t>(c * K + k)
+                     : cls == 1 ? grp_at[T.group[c] * K + k]
+                                : any_at[k];
+            };
+            if (fin >= 0) {
+              const double secs = T.switch_s[cls][c] + fin * (1 + T.ckpt_share[c]);
+              const double cost = b + secs / 3600 * price, time = t0 + secs;
+              if (time > horizon_s + 1e-6 || cost > budget) continue;
+              if (time_goal ? (time < *best_time || (time == *best_time && cost < *best_cost))
+                            : (cost < *best_cost || (cost == *best_cost && time < *best_time))) {
+                *best_cost = cost;
+                *best_time = time;
+                if (rec) fin_parent = from(), fin_window = j, fin_config = static_cast<int32_t>(c);
+              }
+              continue;
+            }
+            const size_t to = c * K + next[cls][at];
+            if (b + window_cost < N[to]) {
+              N[to] = b + window_cost;
+              if (P) (*P)[to] = from();
+            }
+          }
+        }
+      }
+      std::swap(V, N);
+      // The time goal stops at the first window with a finish (later ones finish later); the cost
+      // goal when no state is cheaper than the best finish.
+      if (time_goal && *best_time < kInf) break;
+      if (!time_goal && *best_cost < kInf &&
+          *std::min_element(V.begin(), V.begin() + C * K) >= *best_cost &&
+          *std::min_element(V.begin() + C * K, V.end()) >= *best_cost)
+        break;
+    }
+  };
+  OracleResult r;
+  double cost = kInf, time = kInf, cost_lo = kInf, time_lo = kInf;
+  run(T.next_lo, &cost, &time, record);
+  run(T.next_hi, &cost_lo, &time_lo, false);
+  if (record && fin_window >= 0) {
+    // Walk back: the state at the start of window j + 1 names the configuration of window j.
+    std::vector<int32_t> per_window(fin_window + 1);
+    per_window[fin_window] = fin_config;
+    int32_t state = fin_parent;
+    for (int j = fin_window - 1; j >= 0 && state >= 0; --j) {
+      per_window[j] = state / K;
+      state = parent[j][state];
+    }
+    for (int j = 0; j <= fin_window; ++j) {
+      if (j > 0 && per_window[j] == per_window[j - 1]) continue;
+      const int32_t c = per_window[j];
+      std::ostringstream line;
+      line << std::fixed << std::setprecision(2) << j * T.W / 3600 << " h: "
+           << (c == static_cast<int32_t>(C) ? std::string("idle") : T.configs[c].ToString());
+      r.schedule.push_back(line.str());
+      if (j > 0) ++r.switches;
+    }
+  }
+  r.finished = cost < kInf;
+  r.cost = cost;
+  r.makespan_h = time / 3600;
+  r.cost_lower = cost_lo;
+  // The best single configuration in hindsight: one switch from the start at time 0, then that
+  // configuration throughout. Exact (every traced configuration, any purchase) where capacity
+  // never runs out; on a type with a capacity trace, its spot configurations among the kept ones
+  // run the recursion below (idling, free, while the capacity is gone; coming back costs
+  // switch_s; rounded down like the schedule).
+  r.fixed_cost = kInf;
+  auto consider = [&](double cost, double time, const Config& c) {
+    if (time > horizon_s + 1e-6 || cost > budget) return;
+    const bool better = time_goal ? (r.fixed_cost == kInf || time < r.fixed_makespan_h * 3600)
+                                  : cost < r.fixed_cost;
+    if (!better) return;
+    r.fixed_cost = cost;
+    r.fixed_makespan_h = time / 3600;
+    r.fixed_config = c.ToString();
+  };
+  Config spot_start = s.start;
+  spot_start.purchase = Purchase::kSpot;
+  for (const Config& base : s.candidates) {
+    const InstanceType& it = s.catalog.types[s.catalog.Find(base.type)];
+    for (Purchase p : {Purchase::kOnDemand, Purchase::kSpot, Purchase::kAnchor}) {
+      if (p != Purchase::kOnDemand && !it.has_spot()) continue;
+      if (p == Purchase::kAnchor && base.nodes < 2) continue;
+      if (p != Purchase::kOnDemand && s.spot.count(base.type)) continue;  // below
+      Config c = base;
+      c.purchase = p;
+      const bool stays = c == s.start || (T.start_spot >= 0 && c == spot_start);
+      const double sw = stays                     ? 0
+                        : c.SameHardware(s.start) ? s.cost.batch_switch_s
+                                                  : s.cost.switch_s;
+      double fin = -1;
+      T.model.Advance(c, T.model.StartProgress(), 1e15, &fin);
+      if (fin < 0) continue;
+      const double secs = sw + fin * (1 + T.model.CheckpointShare(c));
+      consider(secs / 3600 * HourlyPrice(it, c.nodes, p), secs, c);
+    }
+  }
+  for (size_t c = 0; c < C; ++c) {
+    if (T.spot_nodes[c] == 0 || !s.spot.count(T.configs[c].type)) continue;  // done above
+    const int cls0 = static_cast<int>(c) == T.start || static_cast<int>(c) == T.start_spot ? 0
+                     : T.group[c] == T.group[T.start]  ? 1
+                                                       : 2;
+    std::vector<double> run_v(K, kInf), idle_v(K, kInf), run_n(K), idle_n(K);
+    double best = kInf, best_t = kInf;
+    const double price = T.price[c], window_cost = T.W / 3600 * price;
+    for (int j = 0; j < H; ++j) {
+      std::fill(run_n.begin(), run_n.end(), kInf);
+      std::fill(idle_n.begin(), idle_n.end(), kInf);
+      bool alive = j == 0;
+      for (int k = 0; k < K; ++k) {
+        const double base[3] = {run_v[k], j == 0 && k == 0 ? 0.0 : kInf, idle_v[k]};
+        const int cls_of[3] = {0, cls0, 2};
+        if (may_idle) idle_n[k] = std::min(run_v[k], idle_v[k]);
+        if (run_v[k] < kInf || idle_n[k] < kInf) alive = true;
+        if (!allowed(c, j)) {
+          if (may_idle && j == 0 && k == 0) idle_n[0] = 0;  // waits for its capacity from the start
+          continue;
+        }
+        for (int i = 0; i < 3; ++i) {
+          const double b = base[i];
+          if (b == kInf) continue;
+          const int cls = cls_of[i];
+          const size_t at = T.At(c, k);
+          const float fin = T.finish[cls][at];
+          if (fin >= 0) {
+            const double secs = T.switch_s[cls][c] + fin * (1 + T.ckpt_share[c]);
+            const double cost = b + secs / 3600 * price, time = j * T.W + secs;
+            if (time > horizon_s + 1e-6 || cost > budget) continue;
+            if (time_goal ? time < best_t : cost < best) best = cost, best_t = time;
+            continue;
+          }
+          double& n = run_n[T.next_lo[cls][at]];
+          n = std::min(n, b + window_cost);
+        }
+      }
+      std::swap(run_v, run_n);
+      std::swap(idle_v, idle_n);
+      if (!alive || (time_goal && best_t < kInf)) break;
+      if (!time_goal && best < kInf &&
+          *std::min_element(run_v.begin(), run_v.end()) >= best &&
+          *std::min_element(idle_v.begin(), idle_v.end()) >= best)
+        break;
+    }
+    if (best < kInf) consider(best, best_t, T.configs[c]);
+  }
+  if (r.fixed_cost == kInf) r.fixed_cost = 0;
+  r.makespan_lower_h = time_lo / 3600;
+  return r;
+}
+
+}  // namespace cloudtune::replay

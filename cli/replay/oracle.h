@@ -1,0 +1,102 @@
+// The hindsight-optimal oracle of the replay: dynamic programming over decision windows ×
+// progress levels × configurations (type, nodes, GPUs per node, batch, purchase), with the spot
+// capacity of the whole run known in advance. It minimises cost subject to the deadline (or time
+// subject to the budget, for the time goal) under the replay's truth: measured step times, the
+// measured steps to the target (or the noise trace's progress) and the spot traces.
+//
+// The model and its discretisation (what a policy could do that the oracle cannot, or the reverse):
+// - Decisions at every `window_s` (default: the scenario's decision interval, or its measurement
+//   window when spot capacity traces make the capacity change within minutes), from time 0. A
+//   switch to another configuration spends the first switch_s (other hardware) or batch_switch_s
+//   (same instances, another batch) of the window without progress, paid at the new price; the
+//   window still ends on the grid (the replay's policies add the switch to the clock instead).
+//   Checkpoints take the share ckpt / (tau + ckpt) of the training time (tau: Young/Daly interval of
+//   the catalog's rate), paid, and also inside the window.
+// - Spot (and the spot workers of an anchor cluster) of a type with a capacity trace is chosen only
+//   for windows in which the trace has the capacity for the whole window: hindsight dodges every
+//   revocation. Types without a trace are never revoked (catalog rates are ~1e-4/h: in the oracle's
+//   favour). The oracle may also idle (pay nothing, make no progress); coming back costs switch_s.
+// - Progress (B0-steps) is kept on `levels` equally spaced levels. The oracle's result rounds each
+//   window's progress down to a level: a schedule it can actually follow (an upper bound of the
+//   optimum of this model). The same recursion rounding up gives a lower bound (`cost_lower`,
+//   `makespan_lower_h`): no schedule of this model costs less. Their gap is the discretisation.
+// - Configurations: the traced ones (purchase on demand, spot, and anchor + spot workers for
+//   multi-node types with a spot price). Within one set of instances, a batch that is never the
+//   fastest to progress at any level is dropped (it could only save a batch switch).
+// - The job starts in the start configuration, launched on demand or on spot (as the fixed-spot
+//   baseline is), at no cost. The run must finish within `horizon_h` (the deadline when there is
+//   one).
+// - Known limit: capacity that flips within a window (the 1-node traces tick every 32 s) is usable
+//   by a policy minute by minute but by the oracle only for whole windows, so there a policy that
+//   rides the flips (fixed-spot) can cost less than the oracle.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cli/replay/replay.h"
+
+namespace cloudtune::replay {
+
+struct OracleOptions {
+  int levels = 600;     // progress levels (>= 2)
+  double window_s = 0;  // decision window, seconds; 0 = decision_interval_s (measure_s with traces)
+  double horizon_h = 0;  // latest finish, hours (> 0, or the scenario's deadline)
+  // Keep the schedule (one int per state per window: windows × configurations × levels × 4 bytes).
+  bool schedule = false;
+  bool IsValid(std::string* error) const;
+};
+
+struct OracleResult {
+  bool finished = false;  // a schedule reaches the target within the horizon (and budget)
+  double cost = 0, makespan_h = 0;              // the schedule it can follow (rounded down)
+  double cost_lower = 0, makespan_lower_h = 0;  // no schedule of the model does better
+  // The best single configuration in hindsight (switched to at time 0; 0 cost when none finishes).
+  double fixed_cost = 0, fixed_makespan_h = 0;
+  std::string fixed_config;
+  int switches = 0;                   // with OracleOptions::schedule
+  std::vector<std::string> schedule;  // with OracleOptions::schedule: "HOURS h: CONFIG" per change
+};
+
+// What one window does in the oracle's model (exposed for tests).
+class WindowModel {
+ public:
+  WindowModel(const Scenario& s, double window_s);
+  // Progress (B0-steps) after `train_s` training seconds on `c` from progress `u`; when the target
+  // is reached, *finish_s (else -1) is the training seconds it took.
+  double Advance(const Config& c, double u, double train_s, double* finish_s) const;
+  // The progress of a job at its start (measured truth: that of the start metric).
+  double StartProgress() const;
+  // Training seconds in a window that starts with `switch_s` of switching on `c`.
+  double TrainSeconds(const Config& c, double switch_s) const;
+  // Seconds of the window spent checkpointing per training second on `c`.
+  double CheckpointShare(const Config& c) const;
+  double window_s() const { return window_s_; }
+
+ private:
+  const Scenario& s_;
+  double window_s_;
+  std::map<core::ConfigKey, double> step_;  // true seconds per optimizer step
+};
+
+class Oracle {
+ public:
+  // Builds the seed-independent tables (progress per window for every configuration and level).
+  Oracle(const Scenario& s, const OracleOptions& o = {});
+  ~Oracle();
+  // The optimum for one seed (its spot traces' offset), within `horizon_h` (0: the options').
+  OracleResult Solve(uint64_t seed, double horizon_h = 0) const;
+  // Configurations kept after dropping the dominated batches (purchases included).
+  size_t configurations() const;
+
+ private:
+  struct Tables;
+  const Scenario& s_;
+  OracleOptions o_;
+  std::unique_ptr<Tables> t_;
+};
+
+}  // namespace cloudtune::replay

@@ -1,0 +1,215 @@
+#include "cli/replay/oracle.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <limits>
+
+#include "estimator/core/error.h"
+#include "search/cost.h"
+#include "tests/shared_data.h"
+
+namespace cloudtune::replay {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+Config Make(int nodes, int gpus, int bsz, Purchase p = Purchase::kOnDemand) {
+  Config c;
+  c.type = "g4dn.12xlarge";
+  c.nodes = nodes;
+  c.gpus_per_node = gpus;
+  c.local_bsz = bsz;
+  c.purchase = p;
+  return c;
+}
+
+// A tiny job: three traced configurations of g4dn.12xlarge (global batch 100 or 400), measured
+// runs at 100 and 400 (4x the batch takes 3x fewer steps), 10-minute windows, and a spot trace
+// with no capacity in the first window.
+Scenario Tiny() {
+  Scenario s;
+  s.name = "tiny";
+  s.catalog = DefaultCatalog();
+  const Config cs[] = {Make(1, 1, 100), Make(1, 4, 100), Make(2, 4, 50)};
+  const double step[] = {0.5, 0.9, 0.7};
+  for (int i = 0; i < 3; ++i) {
+    s.candidates.push_back(cs[i]);
+    core::Measurement m;
+    m.key = cs[i].Key();
+    m.step_time = step[i];
+    m.sync_time = 0;
+    m.rows = 1;
+    s.traces.push_back(m);
+  }
+  s.measured = std::make_shared<MeasuredSteps>(MeasuredSteps::Parse(
+      {{100, "progress,iteration,metric\n1,1000,0.5\n2,2000,0.7\n3,3000,0.8\n"},
+       {400, "progress,iteration,metric\n1,400,0.5\n2,700,0.7\n3,1000,0.8\n"}},
+      "tiny"));
+  s.base_batch = 100;
+  s.target_metric = 0.8;
+  s.target_progress = s.ProgressAt(0.8);
+  s.start = cs[0];
+  s.decision_interval_s = 600;
+  s.measure_s = 600;  // the oracle's window with capacity traces
+  s.cost.switch_s = 120;
+  s.cost.batch_switch_s = 30;
+  s.spot_offset_s = 0;
+  s.spot.emplace("g4dn.12xlarge",
+                 SpotTrace::Parse(R"({"metadata": {"gap_seconds": 600}, "data": [0, 2, 2, 2, 2]})",
+                                  "tiny-capacity"));
+  return s;
+}
+
+struct Best {
+  double cost = kInf, time = kInf;
+};
+
+// Every schedule of `windows` windows over every configuration (all purchases) and idling, in the
+// oracle's window model with exact progress: the optimum the oracle approximates.
+Best BruteForce(const Scenario& s, int windows) {
+  const WindowModel model(s, 0);
+  const double W = model.window_s();
+  std::vector<Config> all;
+  for (const Config& c : s.candidates)
+    for (Purchase p : {Purchase::kOnDemand, Purchase::kSpot, Purchase::kAnchor}) {
+      if (p == Purchase::kAnchor && c.nodes < 2) continue;
+      Config x = c;
+      x.purchase = p;
+      all.push_back(x);
+    }
+  const int idle = static_cast<int>(all.size());
+  const SpotTrace& trace = s.spot.at("g4dn.12xlarge");
+  auto capacity_ok = [&](const Config& c, int j) {
+    const int need = c.purchase == Purchase::kSpot ? c.nodes
+                     : c.purchase == Purchase::kAnchor ? c.nodes - 1
+                                                       : 0;
+    for (double t = j * W; t < (j + 1) * W; t += 60)
+      if (trace.Available(t, 1 << 20, SpotReading::kCount, 0) < need) return false;
+    return true;
+  };
+  Best best;
+  std::vector<int> seq(windows, 0);
+  std::function<void(int, int, double, double)> go = [&](int j, int prev, double u, double cost) {
+    if (j == windows) return;
+    for (int c = 0; c <= idle; ++c) {
+      if (c == idle) {
+        go(j + 1, idle, u, cost);
+        continue;
+      }
+      const Config& cfg = all[c];
+      if (!capacity_ok(cfg, j)) continue;
+      const double sw = prev == c                                        ? 0
+                        : prev != idle && all[prev].SameHardware(cfg) ? s.cost.batch_switch_s
+                                                                         : s.cost.switch_s;
+      const InstanceType& t = s.catalog.types[s.catalog.Find(cfg.type)];
+      const double price = HourlyPrice(t, cfg.nodes, cfg.purchase);
+      double fin = -1;
+      const double u2 = model.Advance(cfg, u, model.TrainSeconds(cfg, sw), &fin);
+      if (fin >= 0) {
+        const double secs = sw + fin * (1 + model.CheckpointShare(cfg));
+        const double total = cost + secs / 3600 * price;
+        if (total < best.cost) best = {total, j * W + secs};
+        continue;
+      }
+      go(j + 1, c, u2, cost + W / 3600 * price);
+    }
+  };
+  go(0, 0, model.StartProgress(), 0.0);  // all[0]: the start on demand
+  go(0, 1, model.StartProgress(), 0.0);  // all[1]: the start launched on spot
+  return best;
+}
+
+TEST(Oracle, DefaultOptionsAreValidAndBadOnesNamed) {
+  std::string err;
+  EXPECT_TRUE(OracleOptions().IsValid(&err)) << err;
+  OracleOptions o;
+  o.levels = 1;
+  EXPECT_FALSE(o.IsValid(&err));
+  EXPECT_EQ(err, "levels: must be in [2, 100000]");
+  o = {};
+  o.window_s = -1;
+  EXPECT_FALSE(o.IsValid(&err));
+  EXPECT_EQ(err, "window_s: must be >= 0");
+  const Scenario s = Tiny();
+  o = {};
+  o.levels = 0;
+  try {
+    Oracle bad(s, o);
+    FAIL() << "expected an error";
+  } catch (const InputError& e) {
+    EXPECT_STREQ(e.what(), "oracle options: levels: must be in [2, 100000]");
+  }
+  // Without a deadline, the horizon must be given.
+  EXPECT_THROW(Oracle(s).Solve(0), InputError);
+}
+
+// The oracle against brute force over every schedule of the tiny job: the schedule it reports is
+// no cheaper than the true optimum (it can be followed) and its lower bound no dearer, within the
+// discretisation of its progress levels.
+TEST(Oracle, MatchesBruteForceOnATinyJob) {
+  const Scenario s = Tiny();
+  for (int windows : {3, 4, 5}) {
+    const Best bf = BruteForce(s, windows);
+    ASSERT_LT(bf.cost, kInf) << windows;
+    OracleOptions o;
+    o.horizon_h = windows * s.decision_interval_s / 3600;
+    o.schedule = true;
+    const Oracle oracle(s, o);
+    const OracleResult r = oracle.Solve(0);
+    EXPECT_FALSE(r.schedule.empty());
+    ASSERT_TRUE(r.finished);
+    EXPECT_LE(r.cost_lower, bf.cost * (1 + 1e-9)) << windows;
+    EXPECT_GE(r.cost, bf.cost * (1 - 1e-9)) << windows;
+    EXPECT_LT(r.cost, r.cost_lower * 1.02) << "discretisation of 600 levels, " << windows;
+    EXPECT_LE(r.makespan_h, o.horizon_h + 1e-9);
+  }
+  // The spot capacity matters: with the outage in the first window the cheapest schedule waits it
+  // out (idling is free) and ends later.
+  Scenario up = Tiny();
+  up.spot.erase("g4dn.12xlarge");
+  up.spot.emplace("g4dn.12xlarge",
+                  SpotTrace::Parse(R"({"metadata": {"gap_seconds": 600}, "data": [2]})", "up"));
+  OracleOptions o;
+  o.horizon_h = 0.5;
+  const OracleResult without = Oracle(up, o).Solve(0), with = Oracle(s, o).Solve(0);
+  EXPECT_NEAR(without.cost, with.cost, 1e-9);
+  EXPECT_NEAR(with.makespan_h, without.makespan_h + s.decision_interval_s / 3600, 1e-9);
+}
+
+// A deadline is the horizon: the oracle's schedule ends by it, and a tighter one costs more.
+TEST(Oracle, DeadlinesBindTheSchedule) {
+  Scenario s = Tiny();
+  s.objective.deadline_h = 1.0;
+  const OracleResult loose = Oracle(s).Solve(0);
+  s.objective.deadline_h = 0.25;
+  const OracleResult tight = Oracle(s).Solve(0);
+  ASSERT_TRUE(loose.finished);
+  ASSERT_TRUE(tight.finished);
+  EXPECT_LE(tight.makespan_h, 0.25 + 1e-9);
+  EXPECT_GE(tight.cost, loose.cost);
+  s.objective.deadline_h = 0.05;  // 3 minutes: not even the fastest configuration finishes
+  EXPECT_FALSE(Oracle(s).Solve(0).finished);
+}
+
+// On a shipped measured scenario, no replayed policy costs less than the oracle's lower bound
+// (beyond what deciding between the oracle's windows can save).
+TEST(Oracle, NoReplayedPolicyBeatsItsLowerBound) {
+  CLOUDTUNE_NEEDS_SHARED_DATA();
+  const Scenario s =
+      LoadScenario(std::string(CLOUDTUNE_SOURCE_DIR) + "/data/scenarios/pollux-cifar10-measured.json");
+  const Oracle oracle(s);
+  for (uint64_t seed : {1, 2}) {
+    const auto res = RunReplay(s, seed, &oracle);
+    double lower = 0, cost = 0;
+    for (const auto& r : res)
+      if (r.policy == "oracle") lower = r.cost_lower, cost = r.cost;
+    ASSERT_GT(lower, 0);
+    EXPECT_GE(cost, lower);
+    for (const auto& r : res) EXPECT_GE(r.cost, 0.97 * lower) << r.policy << " seed " << seed;
+  }
+}
+
+}  // namespace
+}  // namespace cloudtune::replay
