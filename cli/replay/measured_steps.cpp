@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 
 #include "estimator/core/csv.h"
@@ -100,12 +101,13 @@ double MeasuredSteps::IterationsTo(const Run& r, double m) {
   if (m <= r.best.front())
     return r.best.front() > 0 ? r.iteration.front() * std::clamp(m / r.best.front(), 0.0, 1.0)
                               : r.iteration.front();
-  for (size_t i = 1; i < r.best.size(); ++i)
-    if (r.best[i] >= m) {
-      const double f = (m - r.best[i - 1]) / (r.best[i] - r.best[i - 1]);
-      return r.iteration[i - 1] + f * (r.iteration[i] - r.iteration[i - 1]);
-    }
-  return r.iteration.back();  // beyond what the run reached: capped (callers stay within it)
+  // The first row whose best reaches m (best rises strictly from row to row).
+  const auto it = std::lower_bound(r.best.begin() + 1, r.best.end(), m);
+  if (it == r.best.end())
+    return r.iteration.back();  // beyond the run: capped (callers stay within)
+  const size_t i = static_cast<size_t>(it - r.best.begin());
+  const double f = (m - r.best[i - 1]) / (r.best[i] - r.best[i - 1]);
+  return r.iteration[i - 1] + f * (r.iteration[i] - r.iteration[i - 1]);
 }
 
 double MeasuredSteps::Iterations(double batch, double m) const {
@@ -129,15 +131,67 @@ double MeasuredSteps::StepsBetween(double batch, double from, double to) const {
 
 double MeasuredSteps::MetricAfter(double batch, double from, double steps) const {
   const double start = Iterations(batch, from), goal = start + std::max(0.0, steps);
-  // Bisection on the metric: Iterations(batch, m) is non-decreasing in m.
-  double lo = from, hi = from;
-  for (const auto& [b, r] : runs_) hi = std::max(hi, r.best.back());
-  if (Iterations(batch, hi) <= goal) return hi;
-  for (int i = 0; i < 60; ++i) {
-    const double mid = 0.5 * (lo + hi);
-    (Iterations(batch, mid) <= goal ? lo : hi) = mid;
+  double top = from;
+  for (const auto& [b, r] : runs_) top = std::max(top, r.best.back());
+  if (Iterations(batch, top) <= goal) return top;
+  // The largest m in [from, top] with Iterations(batch, m) <= goal (non-decreasing in m). The
+  // iterations are piecewise smooth between the metrics at which a neighbouring run's best rose:
+  // find that piece by bisection over those breakpoints, then bisect inside it.
+  auto hi = runs_.lower_bound(static_cast<int>(std::ceil(batch)));
+  const std::vector<double>& bh = hi->second.best;
+  const std::vector<double>& bl = (hi == runs_.begin() ? hi : std::prev(hi))->second.best;
+  std::vector<double> cuts;
+  cuts.reserve(bh.size() + bl.size() + 2);
+  cuts.push_back(from);
+  std::merge(std::upper_bound(bh.begin(), bh.end(), from),
+             std::lower_bound(bh.begin(), bh.end(), top),
+             std::upper_bound(bl.begin(), bl.end(), from),
+             std::lower_bound(bl.begin(), bl.end(), top), std::back_inserter(cuts));
+  cuts.push_back(top);
+  size_t a = 0, b = cuts.size() - 1;  // Iterations(cuts[a]) <= goal < Iterations(cuts[b])
+  while (b - a > 1) {
+    const size_t mid = (a + b) / 2;
+    (Iterations(batch, cuts[mid]) <= goal ? a : b) = mid;
   }
-  return lo;
+  // Inside the piece each neighbouring run's iterations are linear in m: bisect on the
+  // interpolation of its ends (as Iterations() combines them) without searching the runs again.
+  const double m0 = cuts[a], m1 = cuts[b];
+  const bool single = hi->first == batch || hi == runs_.begin();
+  const Run& rh = hi->second;
+  const Run& rl = single ? rh : std::prev(hi)->second;
+  const double h0 = IterationsTo(rh, m0), h1 = IterationsTo(rh, m1);
+  const double l0 = IterationsTo(rl, m0), l1 = IterationsTo(rl, m1);
+  const double lb = single ? batch : std::prev(hi)->first;
+  const double w = single ? 1.0 : std::log(batch / lb) / std::log(double(hi->first) / lb);
+  const double wl = single ? 1.0 : (batch - lb) / (hi->first - lb);
+  auto iterations = [&](double t) {
+    const double x = l0 + t * (l1 - l0), y = h0 + t * (h1 - h0);
+    if (single) return y;
+    if (!(x > 0) || !(y > 0)) return x + (y - x) * wl;
+    return std::exp((1 - w) * std::log(x) + w * std::log(y));
+  };
+  double lo = 0, up = 1;
+  if (single || !(l0 > 0 && h0 > 0)) {  // linear in t (the run itself, or the linear mix)
+    for (int i = 0; i < 60; ++i) {
+      const double mid = 0.5 * (lo + up);
+      (iterations(mid) <= goal ? lo : up) = mid;
+    }
+    return m0 + lo * (m1 - m0);
+  }
+  // Both positive: log iterations is concave and increasing in t; Newton, kept inside [lo, up].
+  const double lg = std::log(goal);
+  double t = 0.5;
+  for (int i = 0; i < 100; ++i) {
+    const double x = l0 + t * (l1 - l0), y = h0 + t * (h1 - h0);
+    const double f = (1 - w) * std::log(x) + w * std::log(y) - lg;
+    (f <= 0 ? lo : up) = t;
+    const double df = (1 - w) * (l1 - l0) / x + w * (h1 - h0) / y;
+    double next = df > 0 ? t - f / df : 0.5 * (lo + up);
+    if (!(next > lo && next < up)) next = 0.5 * (lo + up);
+    if (std::abs(next - t) <= 1e-16 || up - lo <= 1e-16) break;
+    t = next;
+  }
+  return m0 + lo * (m1 - m0);
 }
 
 }  // namespace cloudtune::replay

@@ -2,11 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iomanip>
 #include <limits>
 #include <map>
-#include <tuple>
-#include <iomanip>
 #include <sstream>
+#include <tuple>
 
 #include "estimator/core/error.h"
 #include "estimator/efficiency.h"
@@ -34,7 +34,7 @@ bool OracleOptions::IsValid(std::string* error) const {
 
 WindowModel::WindowModel(const Scenario& s, double window_s)
     : s_(s),
-      window_s_(window_s > 0       ? window_s
+      window_s_(window_s > 0     ? window_s
                 : s.spot.empty() ? s.decision_interval_s
                                  : std::min(s.decision_interval_s, s.measure_s)) {
   for (size_t i = 0; i < s.candidates.size(); ++i)
@@ -102,8 +102,8 @@ double WindowModel::Advance(const Config& c, double u, double train_s, double* f
 
 struct Oracle::Tables {
   WindowModel model;
-  int K = 0;        // levels: u_k = k × target / K, k in [0, K); K = finished
-  double W = 0;     // window, s
+  int K = 0;     // levels: u_k = k × target / K, k in [0, K); K = finished
+  double W = 0;  // window, s
   std::vector<Config> configs;
   std::vector<int> group;           // same instances (type, nodes, GPUs/node, purchase)
   std::vector<double> price;        // USD/h
@@ -181,8 +181,9 @@ Oracle::Oracle(const Scenario& s, const OracleOptions& o) : s_(s), o_(o) {
       T.group.push_back(g);
       T.price.push_back(HourlyPrice(it, c.nodes, p));
       T.ckpt_share.push_back(T.model.CheckpointShare(c));
-      T.spot_nodes.push_back(p == Purchase::kSpot ? c.nodes : p == Purchase::kAnchor ? c.nodes - 1
-                                                                                      : 0);
+      T.spot_nodes.push_back(p == Purchase::kSpot     ? c.nodes
+                             : p == Purchase::kAnchor ? c.nodes - 1
+                                                      : 0);
     }
   }
   const size_t C = T.configs.size();
@@ -202,7 +203,8 @@ Oracle::Oracle(const Scenario& s, const OracleOptions& o) : s_(s), o_(o) {
           continue;  // next levels stay K
         }
         const double x = (u - u0) / du;
-        T.next_lo[cls][T.At(c, k)] = std::min(T.K - 1, std::max(k, static_cast<int>(std::floor(x))));
+        T.next_lo[cls][T.At(c, k)] =
+            std::min(T.K - 1, std::max(k, static_cast<int>(std::floor(x))));
         // Rounding up never reaches K: finishing needs the model to say so.
         T.next_hi[cls][T.At(c, k)] = std::min(T.K - 1, static_cast<int>(std::ceil(x - 1e-9)));
       }
@@ -210,46 +212,41 @@ Oracle::Oracle(const Scenario& s, const OracleOptions& o) : s_(s), o_(o) {
   }
 }
 
-OracleResult Oracle::Solve(uint64_t seed, double horizon) const {
-  const Tables& T = *t_;
-  const Scenario& s = s_;
-  const size_t C = T.configs.size();
-  const int K = T.K;
-  double horizon_h = horizon > 0 ? horizon : o_.horizon_h;
-  if (s.objective.deadline_h > 0)
-    horizon_h = horizon_h > 0 ? std::min(horizon_h, s.objective.deadline_h) : s.objective.deadline_h;
-  if (!(horizon_h > 0)) throw InputError("oracle: no horizon (no deadline and horizon_h = 0)");
-  const double horizon_s = horizon_h * 3600;
-  const int H = static_cast<int>(std::ceil(horizon_s / T.W - 1e-9));
-  const double offset_s = static_cast<double>(seed) * s.spot_offset_s;
-  const bool time_goal = s.objective.goal == Goal::kTime;
-  const double budget = s.objective.budget_usd > 0 && time_goal ? s.objective.budget_usd : kInf;
+namespace {
 
-  // Spot capacity per window (min over the window's minutes), per type with a trace.
-  std::map<std::string, std::vector<int>> avail;
-  for (const auto& [type, trace] : s.spot) {
-    std::vector<int>& a = avail[type];
-    a.resize(H);
-    for (int j = 0; j < H; ++j) {
-      int lo = 1 << 20;
-      for (double t = j * T.W; t < (j + 1) * T.W - 1e-9; t += kChunkS)
-        lo = std::min(lo, trace.Available(t, 1 << 20, s.spot_reading, offset_s));
-      a[j] = lo;
+// One seed's optimum over the oracle's tables (Oracle::Solve).
+class Solver {
+ public:
+  Solver(const Oracle::Tables& t, const Scenario& s, uint64_t seed, double horizon_h)
+      : T(t), s(s), C(t.configs.size()), K(t.K) {
+    horizon_s = horizon_h * 3600;
+    H = static_cast<int>(std::ceil(horizon_s / T.W - 1e-9));
+    time_goal = s.objective.goal == Goal::kTime;
+    budget = s.objective.budget_usd > 0 && time_goal ? s.objective.budget_usd : kInf;
+    may_idle = !s.spot.empty();  // idling helps only while waiting for spot capacity
+    // Spot capacity per window (min over the window's minutes), per type with a trace.
+    const double offset_s = static_cast<double>(seed) * s.spot_offset_s;
+    for (const auto& [type, trace] : s.spot) {
+      std::vector<int>& a = avail_[type];
+      a.resize(H);
+      for (int j = 0; j < H; ++j) {
+        int lo = 1 << 20;
+        for (double t = j * T.W; t < (j + 1) * T.W - 1e-9; t += kChunkS)
+          lo = std::min(lo, trace.Available(t, 1 << 20, s.spot_reading, offset_s));
+        a[j] = lo;
+      }
     }
   }
-  auto allowed = [&](size_t c, int j) {
-    if (T.spot_nodes[c] == 0) return true;
-    auto it = avail.find(T.configs[c].type);
-    return it == avail.end() || it->second[j] >= T.spot_nodes[c];
-  };
 
-  // Parents (recording only): per window, the state each state came from.
-  const bool record = o_.schedule;
-  std::vector<std::vector<int32_t>> parent;
-  int32_t fin_parent = -1, fin_window = -1, fin_config = -1;
-  // Idling helps only while waiting for spot capacity (without traces, time changes nothing).
-  const bool may_idle = !s.spot.empty();
-  auto run = [&](const std::vector<int>* next, double* best_cost, double* best_time, bool rec) {
+  bool Allowed(size_t c, int j) const {
+    if (T.spot_nodes[c] == 0) return true;
+    auto it = avail_.find(T.configs[c].type);
+    return it == avail_.end() || it->second[j] >= T.spot_nodes[c];
+  }
+
+  // The recursion forward in time with progress rounded by `next` (down or up); `rec` keeps the
+  // parents for Schedule().
+  void Forward(const std::vector<int>* next, double* best_cost, double* best_time, bool rec) {
     // V[c * K + k]: least cost to stand at level k at the window's start, having run c (index C:
     // idle) in the window before.
     const size_t S = (C + 1) * K;
@@ -284,15 +281,15 @@ OracleResult Oracle::Solve(uint64_t seed, double horizon) const {
       std::fill(N.begin(), N.end(), kInf);
       std::vector<int32_t>* P = nullptr;
       if (rec) {
-        parent.emplace_back(S, -1);
-        P = &parent.back();
+        parent_.emplace_back(S, -1);
+        P = &parent_.back();
       }
       for (int k = 0; k < K && may_idle; ++k) {  // idle: free, no progress
         N[C * K + k] = any[k];
         if (P && any[k] < kInf) (*P)[C * K + k] = any_at[k];
       }
       for (size_t c = 0; c < C; ++c) {
-        if (!allowed(c, j)) continue;
+        if (!Allowed(c, j)) continue;
         const double price = T.price[c];
         const double window_cost = T.W / 3600 * price;
         for (int k = 0; k < K; ++k) {
@@ -303,7 +300,7 @@ OracleResult Oracle::Solve(uint64_t seed, double horizon) const {
             const size_t at = T.At(c, k);
             const float fin = T.finish[cls][at];
             auto from = [&]() -> int32_t {
-              return cls == 0 ? static_cast<int32_t>(c * K + k)
+              return cls == 0   ? static_cast<int32_t>(c * K + k)
                      : cls == 1 ? grp_at[T.group[c] * K + k]
                                 : any_at[k];
             };
@@ -315,7 +312,8 @@ OracleResult Oracle::Solve(uint64_t seed, double horizon) const {
                             : (cost < *best_cost || (cost == *best_cost && time < *best_time))) {
                 *best_cost = cost;
                 *best_time = time;
-                if (rec) fin_parent = from(), fin_window = j, fin_config = static_cast<int32_t>(c);
+                if (rec)
+                  fin_parent_ = from(), fin_window_ = j, fin_config_ = static_cast<int32_t>(c);
               }
               continue;
             }
@@ -336,21 +334,21 @@ OracleResult Oracle::Solve(uint64_t seed, double horizon) const {
           *std::min_element(V.begin() + C * K, V.end()) >= *best_cost)
         break;
     }
-  };
-  OracleResult r;
-  double cost = kInf, time = kInf, cost_lo = kInf, time_lo = kInf;
-  run(T.next_lo, &cost, &time, record);
-  run(T.next_hi, &cost_lo, &time_lo, false);
-  if (record && fin_window >= 0) {
+  }
+
+  // The schedule of the last recorded Forward(): "HOURS h: CONFIG" at each change.
+  void Schedule(OracleResult* out) const {
+    OracleResult& r = *out;
+    if (fin_window_ < 0) return;
     // Walk back: the state at the start of window j + 1 names the configuration of window j.
-    std::vector<int32_t> per_window(fin_window + 1);
-    per_window[fin_window] = fin_config;
-    int32_t state = fin_parent;
-    for (int j = fin_window - 1; j >= 0 && state >= 0; --j) {
+    std::vector<int32_t> per_window(fin_window_ + 1);
+    per_window[fin_window_] = fin_config_;
+    int32_t state = fin_parent_;
+    for (int j = fin_window_ - 1; j >= 0 && state >= 0; --j) {
       per_window[j] = state / K;
-      state = parent[j][state];
+      state = parent_[j][state];
     }
-    for (int j = 0; j <= fin_window; ++j) {
+    for (int j = 0; j <= fin_window_; ++j) {
       if (j > 0 && per_window[j] == per_window[j - 1]) continue;
       const int32_t c = per_window[j];
       std::ostringstream line;
@@ -360,96 +358,129 @@ OracleResult Oracle::Solve(uint64_t seed, double horizon) const {
       if (j > 0) ++r.switches;
     }
   }
+
+  // The best single configuration in hindsight: one switch from the start at time 0, then that
+  // configuration throughout. Exact (every traced configuration, any purchase) where capacity
+  // never runs out; on a type with a capacity trace, its spot configurations among the kept ones
+  // run the recursion (idling, free, while the capacity is gone; coming back costs switch_s;
+  // rounded down like the schedule).
+  void BestFixed(OracleResult* out) const {
+    OracleResult& r = *out;
+    r.fixed_cost = kInf;
+    auto consider = [&](double cost, double time, const Config& c) {
+      if (time > horizon_s + 1e-6 || cost > budget) return;
+      const bool better = time_goal ? (r.fixed_cost == kInf || time < r.fixed_makespan_h * 3600)
+                                    : cost < r.fixed_cost;
+      if (!better) return;
+      r.fixed_cost = cost;
+      r.fixed_makespan_h = time / 3600;
+      r.fixed_config = c.ToString();
+    };
+    Config spot_start = s.start;
+    spot_start.purchase = Purchase::kSpot;
+    for (const Config& base : s.candidates) {
+      const InstanceType& it = s.catalog.types[s.catalog.Find(base.type)];
+      for (Purchase p : {Purchase::kOnDemand, Purchase::kSpot, Purchase::kAnchor}) {
+        if (p != Purchase::kOnDemand && !it.has_spot()) continue;
+        if (p == Purchase::kAnchor && base.nodes < 2) continue;
+        if (p != Purchase::kOnDemand && s.spot.count(base.type)) continue;  // below
+        Config c = base;
+        c.purchase = p;
+        const bool stays = c == s.start || (T.start_spot >= 0 && c == spot_start);
+        const double sw = stays                     ? 0
+                          : c.SameHardware(s.start) ? s.cost.batch_switch_s
+                                                    : s.cost.switch_s;
+        double fin = -1;
+        T.model.Advance(c, T.model.StartProgress(), 1e15, &fin);
+        if (fin < 0) continue;
+        const double secs = sw + fin * (1 + T.model.CheckpointShare(c));
+        consider(secs / 3600 * HourlyPrice(it, c.nodes, p), secs, c);
+      }
+    }
+    for (size_t c = 0; c < C; ++c) {
+      if (T.spot_nodes[c] == 0 || !s.spot.count(T.configs[c].type)) continue;  // done above
+      const int cls0 = static_cast<int>(c) == T.start || static_cast<int>(c) == T.start_spot ? 0
+                       : T.group[c] == T.group[T.start]                                      ? 1
+                                                                                             : 2;
+      std::vector<double> run_v(K, kInf), idle_v(K, kInf), run_n(K), idle_n(K);
+      double best = kInf, best_t = kInf;
+      const double price = T.price[c], window_cost = T.W / 3600 * price;
+      for (int j = 0; j < H; ++j) {
+        std::fill(run_n.begin(), run_n.end(), kInf);
+        std::fill(idle_n.begin(), idle_n.end(), kInf);
+        bool alive = j == 0;
+        for (int k = 0; k < K; ++k) {
+          const double base[3] = {run_v[k], j == 0 && k == 0 ? 0.0 : kInf, idle_v[k]};
+          const int cls_of[3] = {0, cls0, 2};
+          if (may_idle) idle_n[k] = std::min(run_v[k], idle_v[k]);
+          if (run_v[k] < kInf || idle_n[k] < kInf) alive = true;
+          if (!Allowed(c, j)) {
+            if (may_idle && j == 0 && k == 0)
+              idle_n[0] = 0;  // waits for its capacity from the start
+            continue;
+          }
+          for (int i = 0; i < 3; ++i) {
+            const double b = base[i];
+            if (b == kInf) continue;
+            const int cls = cls_of[i];
+            const size_t at = T.At(c, k);
+            const float fin = T.finish[cls][at];
+            if (fin >= 0) {
+              const double secs = T.switch_s[cls][c] + fin * (1 + T.ckpt_share[c]);
+              const double cost = b + secs / 3600 * price, time = j * T.W + secs;
+              if (time > horizon_s + 1e-6 || cost > budget) continue;
+              if (time_goal ? time < best_t : cost < best) best = cost, best_t = time;
+              continue;
+            }
+            double& n = run_n[T.next_lo[cls][at]];
+            n = std::min(n, b + window_cost);
+          }
+        }
+        std::swap(run_v, run_n);
+        std::swap(idle_v, idle_n);
+        if (!alive || (time_goal && best_t < kInf)) break;
+        if (!time_goal && best < kInf && *std::min_element(run_v.begin(), run_v.end()) >= best &&
+            *std::min_element(idle_v.begin(), idle_v.end()) >= best)
+          break;
+      }
+      if (best < kInf) consider(best, best_t, T.configs[c]);
+    }
+    if (r.fixed_cost == kInf) r.fixed_cost = 0;
+  }
+
+ private:
+  const Oracle::Tables& T;
+  const Scenario& s;
+  const size_t C;
+  const int K;
+  int H = 0;
+  double horizon_s = 0, budget = kInf;
+  bool time_goal = false, may_idle = false;
+  std::map<std::string, std::vector<int>> avail_;
+  std::vector<std::vector<int32_t>> parent_;  // per window, the state each state came from
+  int32_t fin_parent_ = -1, fin_window_ = -1, fin_config_ = -1;
+};
+
+}  // namespace
+
+OracleResult Oracle::Solve(uint64_t seed, double horizon) const {
+  double horizon_h = horizon > 0 ? horizon : o_.horizon_h;
+  if (s_.objective.deadline_h > 0)
+    horizon_h =
+        horizon_h > 0 ? std::min(horizon_h, s_.objective.deadline_h) : s_.objective.deadline_h;
+  if (!(horizon_h > 0)) throw InputError("oracle: no horizon (no deadline and horizon_h = 0)");
+  Solver solver(*t_, s_, seed, horizon_h);
+  OracleResult r;
+  double cost = kInf, time = kInf, cost_lo = kInf, time_lo = kInf;
+  solver.Forward(t_->next_lo, &cost, &time, o_.schedule);
+  if (o_.schedule) solver.Schedule(&r);
+  solver.Forward(t_->next_hi, &cost_lo, &time_lo, false);
   r.finished = cost < kInf;
   r.cost = cost;
   r.makespan_h = time / 3600;
   r.cost_lower = cost_lo;
-  // The best single configuration in hindsight: one switch from the start at time 0, then that
-  // configuration throughout. Exact (every traced configuration, any purchase) where capacity
-  // never runs out; on a type with a capacity trace, its spot configurations among the kept ones
-  // run the recursion below (idling, free, while the capacity is gone; coming back costs
-  // switch_s; rounded down like the schedule).
-  r.fixed_cost = kInf;
-  auto consider = [&](double cost, double time, const Config& c) {
-    if (time > horizon_s + 1e-6 || cost > budget) return;
-    const bool better = time_goal ? (r.fixed_cost == kInf || time < r.fixed_makespan_h * 3600)
-                                  : cost < r.fixed_cost;
-    if (!better) return;
-    r.fixed_cost = cost;
-    r.fixed_makespan_h = time / 3600;
-    r.fixed_config = c.ToString();
-  };
-  Config spot_start = s.start;
-  spot_start.purchase = Purchase::kSpot;
-  for (const Config& base : s.candidates) {
-    const InstanceType& it = s.catalog.types[s.catalog.Find(base.type)];
-    for (Purchase p : {Purchase::kOnDemand, Purchase::kSpot, Purchase::kAnchor}) {
-      if (p != Purchase::kOnDemand && !it.has_spot()) continue;
-      if (p == Purchase::kAnchor && base.nodes < 2) continue;
-      if (p != Purchase::kOnDemand && s.spot.count(base.type)) continue;  // below
-      Config c = base;
-      c.purchase = p;
-      const bool stays = c == s.start || (T.start_spot >= 0 && c == spot_start);
-      const double sw = stays                     ? 0
-                        : c.SameHardware(s.start) ? s.cost.batch_switch_s
-                                                  : s.cost.switch_s;
-      double fin = -1;
-      T.model.Advance(c, T.model.StartProgress(), 1e15, &fin);
-      if (fin < 0) continue;
-      const double secs = sw + fin * (1 + T.model.CheckpointShare(c));
-      consider(secs / 3600 * HourlyPrice(it, c.nodes, p), secs, c);
-    }
-  }
-  for (size_t c = 0; c < C; ++c) {
-    if (T.spot_nodes[c] == 0 || !s.spot.count(T.configs[c].type)) continue;  // done above
-    const int cls0 = static_cast<int>(c) == T.start || static_cast<int>(c) == T.start_spot ? 0
-                     : T.group[c] == T.group[T.start]  ? 1
-                                                       : 2;
-    std::vector<double> run_v(K, kInf), idle_v(K, kInf), run_n(K), idle_n(K);
-    double best = kInf, best_t = kInf;
-    const double price = T.price[c], window_cost = T.W / 3600 * price;
-    for (int j = 0; j < H; ++j) {
-      std::fill(run_n.begin(), run_n.end(), kInf);
-      std::fill(idle_n.begin(), idle_n.end(), kInf);
-      bool alive = j == 0;
-      for (int k = 0; k < K; ++k) {
-        const double base[3] = {run_v[k], j == 0 && k == 0 ? 0.0 : kInf, idle_v[k]};
-        const int cls_of[3] = {0, cls0, 2};
-        if (may_idle) idle_n[k] = std::min(run_v[k], idle_v[k]);
-        if (run_v[k] < kInf || idle_n[k] < kInf) alive = true;
-        if (!allowed(c, j)) {
-          if (may_idle && j == 0 && k == 0) idle_n[0] = 0;  // waits for its capacity from the start
-          continue;
-        }
-        for (int i = 0; i < 3; ++i) {
-          const double b = base[i];
-          if (b == kInf) continue;
-          const int cls = cls_of[i];
-          const size_t at = T.At(c, k);
-          const float fin = T.finish[cls][at];
-          if (fin >= 0) {
-            const double secs = T.switch_s[cls][c] + fin * (1 + T.ckpt_share[c]);
-            const double cost = b + secs / 3600 * price, time = j * T.W + secs;
-            if (time > horizon_s + 1e-6 || cost > budget) continue;
-            if (time_goal ? time < best_t : cost < best) best = cost, best_t = time;
-            continue;
-          }
-          double& n = run_n[T.next_lo[cls][at]];
-          n = std::min(n, b + window_cost);
-        }
-      }
-      std::swap(run_v, run_n);
-      std::swap(idle_v, idle_n);
-      if (!alive || (time_goal && best_t < kInf)) break;
-      if (!time_goal && best < kInf &&
-          *std::min_element(run_v.begin(), run_v.end()) >= best &&
-          *std::min_element(idle_v.begin(), idle_v.end()) >= best)
-        break;
-    }
-    if (best < kInf) consider(best, best_t, T.configs[c]);
-  }
-  if (r.fixed_cost == kInf) r.fixed_cost = 0;
   r.makespan_lower_h = time_lo / 3600;
+  solver.BestFixed(&r);
   return r;
 }
 

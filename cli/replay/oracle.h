@@ -10,8 +10,8 @@
 //   switch to another configuration spends the first switch_s (other hardware) or batch_switch_s
 //   (same instances, another batch) of the window without progress, paid at the new price; the
 //   window still ends on the grid (the replay's policies add the switch to the clock instead).
-//   Checkpoints take the share ckpt / (tau + ckpt) of the training time (tau: Young/Daly interval of
-//   the catalog's rate), paid, and also inside the window.
+//   Checkpoints take the share ckpt / (tau + ckpt) of the training time (tau: Young/Daly interval
+//   of the catalog's rate), paid, and also inside the window.
 // - Spot (and the spot workers of an anchor cluster) of a type with a capacity trace is chosen only
 //   for windows in which the trace has the capacity for the whole window: hindsight dodges every
 //   revocation. Types without a trace are never revoked (catalog rates are ~1e-4/h: in the oracle's
@@ -51,8 +51,8 @@ struct OracleOptions {
 };
 
 struct OracleResult {
-  bool finished = false;  // a schedule reaches the target within the horizon (and budget)
-  double cost = 0, makespan_h = 0;              // the schedule it can follow (rounded down)
+  bool finished = false;            // a schedule reaches the target within the horizon (and budget)
+  double cost = 0, makespan_h = 0;  // the schedule it can follow (rounded down)
   double cost_lower = 0, makespan_lower_h = 0;  // no schedule of the model does better
   // The best single configuration in hindsight (switched to at time 0; 0 cost when none finishes).
   double fixed_cost = 0, fixed_makespan_h = 0;
@@ -92,8 +92,9 @@ class Oracle {
   // Configurations kept after dropping the dominated batches (purchases included).
   size_t configurations() const;
 
+  struct Tables;  // the seed-independent tables (oracle.cpp)
+
  private:
-  struct Tables;
   const Scenario& s_;
   OracleOptions o_;
   std::unique_ptr<Tables> t_;

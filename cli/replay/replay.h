@@ -7,6 +7,8 @@
 // {
 //   "schema": "cloudtune.scenario/1",
 //   "name": "pollux-imagenet-g4dn",
+//   "gpu_extra": [ {"gpu_model": "X", ...gpu_specs.csv columns} ], // optional GPU models (blank
+//                                                               // figures allowed: unknown)
 //   "catalog_extra": [ {catalog CSV columns as keys ...} ],     // optional rows added to the
 //                                                               // default catalog
 //   "traces": [                                                 // the true step times
@@ -93,8 +95,12 @@ struct Scenario {
   double spot_offset_s = 86400;  // seed k starts k x this into the spot traces
   // Progress (B0-steps) of a run that has reached `metric` (with `measured`).
   double ProgressAt(double metric) const;
-  // The noise trace's gradient statistics at `progress` (linear between its rows, its ends held).
-  core::NoiseState NoiseAt(double progress) const;
+  // The gradient statistics at `progress` (linear between rows, the ends held): of the noise
+  // trace, or, with `batch` > 0 and measured runs, of the run whose batch is nearest to `batch`
+  // in log (what a job at that batch measures).
+  core::NoiseState NoiseAt(double progress, double batch = 0) const;
+  // With "validation": the gradient statistics each measured run recorded, by its batch.
+  std::map<int, std::vector<core::NoiseObservation>> noise_by_batch;
 };
 
 // Throws cloudtune::InputError "FILE: FIELD: what" on a malformed scenario or trace.
@@ -112,9 +118,10 @@ struct PolicyResult {
   int measurements = 0;
   bool finished = true;                         // reached the target before the simulation limit
   bool deadline_met = true, budget_met = true;  // over the whole run (true when there is none)
-  double waited_h = 0;  // hours without the spot capacity its configuration needs
-  double cost_lower = 0;  // the oracle only: no schedule of its model costs less (USD)
+  double waited_h = 0;                // hours without the spot capacity its configuration needs
+  double cost_lower = 0;              // the oracle only: no schedule of its model costs less (USD)
   std::vector<std::string> schedule;  // the oracle only, when its options record it
+  std::vector<core::ConfigKey> configs_run;  // the configurations it ran (simulated policies)
 };
 
 // What a job running in the replay has seen: the cloudtune policy's only inputs.

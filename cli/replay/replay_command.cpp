@@ -18,6 +18,74 @@ namespace cloudtune::cli {
 
 using core::Median;
 
+namespace {
+
+// What the summary gathers over runs.
+struct Totals {
+  std::vector<double> rel_oracle, saving_fixed, saving_spot, explore_share;
+  std::map<std::string, int> misses;  // runs whose deadline or budget a policy missed
+  int oracle_met_cloudtune_missed = 0;
+  std::map<std::string, std::vector<double>> rel_by_policy;
+  std::vector<double> vs_uniform;  // cloudtune / Uniform Progress cost, same deadline outcome
+  std::vector<double> vs_hindsight_fixed;  // cloudtune / best fixed configuration, cost goal
+  std::vector<double> time_vs_oracle;      // cloudtune / oracle makespan, time goal
+  int uniform_met_cloudtune_missed = 0;
+};
+
+// Prints the summary over runs; returns it as JSON.
+nlohmann::json PrintSummary(std::ostream& os, const Totals& t) {
+  const auto& [rel_oracle, saving_fixed, saving_spot, explore_share, misses,
+               oracle_met_cloudtune_missed, rel_by_policy, vs_uniform, vs_hindsight_fixed,
+               time_vs_oracle, uniform_met_cloudtune_missed] = t;
+  os << "summary over " << saving_fixed.size() << " runs (median cost / oracle cost):\n";
+  for (auto& [policy, v] : rel_by_policy)
+    os << "  " << std::left << std::setw(18) << policy << std::right << std::setprecision(3)
+       << Median(v) << "x oracle cost\n";
+  std::vector<double> sorted = rel_oracle;
+  std::sort(sorted.begin(), sorted.end());
+  const double p90 =
+      sorted.empty() ? NAN
+                     : sorted[std::min(sorted.size() - 1,
+                                       static_cast<size_t>(std::ceil(0.9 * sorted.size()) - 1))];
+  auto median_or_nan = [](const std::vector<double>& v) { return v.empty() ? NAN : Median(v); };
+  os << "  cloudtune: cost vs oracle " << std::setprecision(4) << median_or_nan(rel_oracle)
+     << "x (p90 " << p90 << "x; " << rel_oracle.size()
+     << " runs with the cost goal), vs the best fixed configuration in hindsight "
+     << median_or_nan(vs_hindsight_fixed) << "x; saving vs fixed on-demand " << std::setprecision(1)
+     << 100 * Median(saving_fixed) << "%, vs fixed spot " << 100 * Median(saving_spot)
+     << "%, exploration " << std::setprecision(2) << 100 * Median(explore_share)
+     << "% of its cost (max " << 100 * *std::max_element(explore_share.begin(), explore_share.end())
+     << "%)\n";
+  if (!time_vs_oracle.empty())
+    os << "  time goal: cloudtune makespan / oracle makespan " << std::setprecision(3)
+       << Median(time_vs_oracle) << "x (median of " << time_vs_oracle.size() << " runs)\n";
+  os << "  deadline or budget missed (runs):";
+  for (const auto& [policy, n] : misses) os << " " << policy << " " << n << ";";
+  if (misses.empty()) os << " none";
+  os << " cloudtune missed where the oracle met: " << oracle_met_cloudtune_missed << "\n";
+  if (!vs_uniform.empty() || uniform_met_cloudtune_missed)
+    os << "  deadline runs: cloudtune cost / uniform-progress cost " << std::setprecision(3)
+       << (vs_uniform.empty() ? NAN : Median(vs_uniform)) << "x (median of " << vs_uniform.size()
+       << " runs with the same deadline outcome); uniform-progress met "
+       << "where cloudtune missed: " << uniform_met_cloudtune_missed << "\n";
+  nlohmann::json miss = nlohmann::json::object();
+  for (const auto& [policy, n] : misses) miss[policy] = n;
+  return {
+      {"cloudtune_cost_vs_oracle_median", median_or_nan(rel_oracle)},
+      {"cloudtune_cost_vs_hindsight_fixed_median", median_or_nan(vs_hindsight_fixed)},
+      {"cloudtune_makespan_vs_oracle_time_goal_median", median_or_nan(time_vs_oracle)},
+      {"cloudtune_cost_vs_oracle_p90", p90},
+      {"cloudtune_saving_vs_fixed_median", Median(saving_fixed)},
+      {"cloudtune_saving_vs_fixed_spot_median", saving_spot.empty() ? NAN : Median(saving_spot)},
+      {"cloudtune_exploration_share_median", Median(explore_share)},
+      {"missed_runs", miss},
+      {"cloudtune_missed_where_oracle_met", oracle_met_cloudtune_missed},
+      {"cloudtune_cost_vs_uniform_progress_median", vs_uniform.empty() ? NAN : Median(vs_uniform)},
+      {"uniform_progress_met_where_cloudtune_missed", uniform_met_cloudtune_missed}};
+}
+
+}  // namespace
+
 void RegisterReplayCommand(CLI::App& app) {
   auto* rep = app.add_subcommand(
       "replay", "Simulate jobs over measured traces: cloudtune vs an oracle and baselines");
@@ -42,14 +110,10 @@ void RegisterReplayCommand(CLI::App& app) {
     nlohmann::json jr;
     jr["schema"] = "cloudtune.replay/1";
     jr["runs"] = nlohmann::json::array();
-    std::vector<double> rel_oracle, saving_fixed, saving_spot, explore_share;
-    std::map<std::string, int> misses;  // runs whose deadline or budget a policy missed
-    int oracle_met_cloudtune_missed = 0;
-    std::map<std::string, std::vector<double>> rel_by_policy;
-    std::vector<double> vs_uniform;  // cloudtune / Uniform Progress cost, same deadline outcome
-    std::vector<double> vs_hindsight_fixed;  // cloudtune / best fixed configuration, cost goal
-    std::vector<double> time_vs_oracle;      // cloudtune / oracle makespan, time goal
-    int uniform_met_cloudtune_missed = 0;
+    Totals t;
+    auto& [rel_oracle, saving_fixed, saving_spot, explore_share, misses,
+           oracle_met_cloudtune_missed, rel_by_policy, vs_uniform, vs_hindsight_fixed,
+           time_vs_oracle, uniform_met_cloudtune_missed] = t;
     Progress progress("replay", static_cast<int>(pa->scenarios.size()));
     int scenario_index = 0;
     for (const auto& path : pa->scenarios) {
@@ -81,7 +145,8 @@ void RegisterReplayCommand(CLI::App& app) {
         if (up > 0 && up_met == cloudtune_met) vs_uniform.push_back(cloudtune / up);
         const bool time_goal = s.objective.goal == core::Goal::kTime;
         if (time_goal && oracle_h > 0) time_vs_oracle.push_back(cloudtune_h / oracle_h);
-        if (!time_goal && hindsight_fixed > 0) vs_hindsight_fixed.push_back(cloudtune / hindsight_fixed);
+        if (!time_goal && hindsight_fixed > 0)
+          vs_hindsight_fixed.push_back(cloudtune / hindsight_fixed);
         if (up > 0 && up_met && !cloudtune_met) ++uniform_met_cloudtune_missed;
         os << "scenario " << s.name << "  seed " << seed << "  (target ";
         if (s.measured)
@@ -116,17 +181,17 @@ void RegisterReplayCommand(CLI::App& app) {
              << (r.finished ? "" : "  (did not finish)") << "\n";
           if (!(r.deadline_met && r.budget_met)) ++misses[r.policy];
           nlohmann::json pj = {{"policy", r.policy},
-                                     {"cost_usd", r.cost},
-                                     {"makespan_h", r.makespan_h},
-                                     {"switches", r.switches},
-                                     {"revocations", r.revocations},
-                                     {"measurements", r.measurements},
-                                     {"exploration_cost_usd", r.exploration_cost},
-                                     {"cost_vs_oracle", rel},
-                                     {"finished", r.finished},
-                                     {"deadline_met", r.deadline_met},
-                                     {"budget_met", r.budget_met},
-                                     {"waited_h", r.waited_h}};
+                               {"cost_usd", r.cost},
+                               {"makespan_h", r.makespan_h},
+                               {"switches", r.switches},
+                               {"revocations", r.revocations},
+                               {"measurements", r.measurements},
+                               {"exploration_cost_usd", r.exploration_cost},
+                               {"cost_vs_oracle", rel},
+                               {"finished", r.finished},
+                               {"deadline_met", r.deadline_met},
+                               {"budget_met", r.budget_met},
+                               {"waited_h", r.waited_h}};
           if (r.policy == "oracle") pj["cost_lower_usd"] = r.cost_lower;
           if (!r.schedule.empty()) pj["schedule"] = r.schedule;
           run["policies"].push_back(pj);
@@ -150,52 +215,7 @@ void RegisterReplayCommand(CLI::App& app) {
         os << "\n";
       }
     }
-    os << "summary over " << saving_fixed.size() << " runs (median cost / oracle cost):\n";
-    for (auto& [policy, v] : rel_by_policy)
-      os << "  " << std::left << std::setw(18) << policy << std::right << std::setprecision(3)
-         << Median(v) << "x oracle cost\n";
-    std::vector<double> sorted = rel_oracle;
-    std::sort(sorted.begin(), sorted.end());
-    const double p90 =
-        sorted.empty() ? NAN
-                       : sorted[std::min(sorted.size() - 1,
-                                         static_cast<size_t>(std::ceil(0.9 * sorted.size()) - 1))];
-    auto median_or_nan = [](const std::vector<double>& v) { return v.empty() ? NAN : Median(v); };
-    os << "  cloudtune: cost vs oracle " << std::setprecision(4) << median_or_nan(rel_oracle)
-       << "x (p90 " << p90 << "x; " << rel_oracle.size()
-       << " runs with the cost goal), vs the best fixed configuration in hindsight "
-       << median_or_nan(vs_hindsight_fixed) << "x; saving vs fixed on-demand " << std::setprecision(1)
-       << 100 * Median(saving_fixed) << "%, vs fixed spot " << 100 * Median(saving_spot)
-       << "%, exploration " << std::setprecision(2) << 100 * Median(explore_share)
-       << "% of its cost (max "
-       << 100 * *std::max_element(explore_share.begin(), explore_share.end()) << "%)\n";
-    if (!time_vs_oracle.empty())
-      os << "  time goal: cloudtune makespan / oracle makespan " << std::setprecision(3)
-         << Median(time_vs_oracle) << "x (median of " << time_vs_oracle.size() << " runs)\n";
-    os << "  deadline or budget missed (runs):";
-    for (const auto& [policy, n] : misses) os << " " << policy << " " << n << ";";
-    if (misses.empty()) os << " none";
-    os << " cloudtune missed where the oracle met: " << oracle_met_cloudtune_missed << "\n";
-    if (!vs_uniform.empty() || uniform_met_cloudtune_missed)
-      os << "  deadline runs: cloudtune cost / uniform-progress cost " << std::setprecision(3)
-         << (vs_uniform.empty() ? NAN : Median(vs_uniform)) << "x (median of "
-         << vs_uniform.size() << " runs with the same deadline outcome); uniform-progress met "
-         << "where cloudtune missed: " << uniform_met_cloudtune_missed << "\n";
-    nlohmann::json miss = nlohmann::json::object();
-    for (const auto& [policy, n] : misses) miss[policy] = n;
-    jr["summary"] = {
-        {"cloudtune_cost_vs_oracle_median", median_or_nan(rel_oracle)},
-        {"cloudtune_cost_vs_hindsight_fixed_median", median_or_nan(vs_hindsight_fixed)},
-        {"cloudtune_makespan_vs_oracle_time_goal_median", median_or_nan(time_vs_oracle)},
-        {"cloudtune_cost_vs_oracle_p90", p90},
-        {"cloudtune_saving_vs_fixed_median", Median(saving_fixed)},
-        {"cloudtune_saving_vs_fixed_spot_median", saving_spot.empty() ? NAN : Median(saving_spot)},
-        {"cloudtune_exploration_share_median", Median(explore_share)},
-        {"missed_runs", miss},
-        {"cloudtune_missed_where_oracle_met", oracle_met_cloudtune_missed},
-        {"cloudtune_cost_vs_uniform_progress_median",
-         vs_uniform.empty() ? NAN : Median(vs_uniform)},
-        {"uniform_progress_met_where_cloudtune_missed", uniform_met_cloudtune_missed}};
+    jr["summary"] = PrintSummary(os, t);
     Output(pa->out, pa->format == "json" ? jr.dump(2) + "\n" : os.str());
   });
 }

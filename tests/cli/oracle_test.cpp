@@ -82,7 +82,7 @@ Best BruteForce(const Scenario& s, int windows) {
   const int idle = static_cast<int>(all.size());
   const SpotTrace& trace = s.spot.at("g4dn.12xlarge");
   auto capacity_ok = [&](const Config& c, int j) {
-    const int need = c.purchase == Purchase::kSpot ? c.nodes
+    const int need = c.purchase == Purchase::kSpot     ? c.nodes
                      : c.purchase == Purchase::kAnchor ? c.nodes - 1
                                                        : 0;
     for (double t = j * W; t < (j + 1) * W; t += 60)
@@ -100,9 +100,9 @@ Best BruteForce(const Scenario& s, int windows) {
       }
       const Config& cfg = all[c];
       if (!capacity_ok(cfg, j)) continue;
-      const double sw = prev == c                                        ? 0
+      const double sw = prev == c                                     ? 0
                         : prev != idle && all[prev].SameHardware(cfg) ? s.cost.batch_switch_s
-                                                                         : s.cost.switch_s;
+                                                                      : s.cost.switch_s;
       const InstanceType& t = s.catalog.types[s.catalog.Find(cfg.type)];
       const double price = HourlyPrice(t, cfg.nodes, cfg.purchase);
       double fin = -1;
@@ -197,8 +197,8 @@ TEST(Oracle, DeadlinesBindTheSchedule) {
 // (beyond what deciding between the oracle's windows can save).
 TEST(Oracle, NoReplayedPolicyBeatsItsLowerBound) {
   CLOUDTUNE_NEEDS_SHARED_DATA();
-  const Scenario s =
-      LoadScenario(std::string(CLOUDTUNE_SOURCE_DIR) + "/data/scenarios/pollux-cifar10-measured.json");
+  const Scenario s = LoadScenario(std::string(CLOUDTUNE_SOURCE_DIR) +
+                                  "/data/scenarios/pollux-cifar10-measured.json");
   const Oracle oracle(s);
   for (uint64_t seed : {1, 2}) {
     const auto res = RunReplay(s, seed, &oracle);

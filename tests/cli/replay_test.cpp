@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
+#include <set>
 #include <stdexcept>
 
 #include "estimator/core/error.h"
@@ -217,6 +219,58 @@ TEST(Replay, RevocationLossIsBoundedByTheCheckpointInterval) {
                          (hi.makespan_h * 3600 / tau_s + 1) * risky.cost.checkpoint_s / 3600;
   EXPECT_GT(hi.makespan_h, lo.makespan_h);
   EXPECT_LE(hi.makespan_h - lo.makespan_h, bound_h);
+}
+
+// The cloudtune policy sees only what the job has measured (it is handed a JobView, never the
+// simulator): making every configuration it did not run three times slower changes nothing it
+// does, while the oracle, which knows the truth, notices.
+TEST(Replay, CloudtuneSeesNoTruthOfConfigurationsItDidNotRun) {
+  CLOUDTUNE_NEEDS_SHARED_DATA();
+  const Scenario s = LoadScenario(kScenarios + "/pollux-cifar10-measured.json");
+  const auto a = RunReplay(s, 1);
+  const PolicyResult& ct = Find(a, "cloudtune");
+  ASSERT_FALSE(ct.configs_run.empty());
+  Scenario slower = s;
+  int changed = 0;
+  for (auto& m : slower.traces)
+    if (std::find(ct.configs_run.begin(), ct.configs_run.end(), m.key) == ct.configs_run.end()) {
+      m.step_time *= 3;
+      m.sync_time *= 3;
+      ++changed;
+    }
+  ASSERT_GT(changed, 0);
+  const auto b = RunReplay(slower, 1);
+  const PolicyResult& ct2 = Find(b, "cloudtune");
+  EXPECT_EQ(ct2.cost, ct.cost);
+  EXPECT_EQ(ct2.makespan_h, ct.makespan_h);
+  EXPECT_EQ(ct2.switches, ct.switches);
+  EXPECT_EQ(ct2.configs_run, ct.configs_run);
+  EXPECT_GT(Find(b, "oracle").cost, Find(a, "oracle").cost);
+}
+
+// Several GPU types: T4 (Pollux) and Sia's RTX 2080 Ti and Quadro RTX 6000 nodes, which no cloud
+// sells, priced as the catalog type with the closest GPU (V100: p3.16xlarge, p3.8xlarge).
+TEST(Replay, MultiTypeScenario) {
+  CLOUDTUNE_NEEDS_SHARED_DATA();
+  const Scenario s = LoadScenario(kScenarios + "/pollux-imagenet-multitype.json");
+  std::set<std::string> types;
+  for (const Config& c : s.candidates) types.insert(c.type);
+  EXPECT_EQ(types, (std::set<std::string>{"g4dn.12xlarge", "quadro6000.4x", "rtx2080ti.8x"}));
+  const auto& rtx = s.catalog.types[s.catalog.Find("rtx2080ti.8x")];
+  const auto& p3 = s.catalog.types[s.catalog.Find("p3.16xlarge")];
+  EXPECT_EQ(rtx.gpus, 8);
+  EXPECT_DOUBLE_EQ(rtx.ondemand_per_hour, p3.ondemand_per_hour);
+  EXPECT_DOUBLE_EQ(rtx.spot_per_hour, p3.spot_per_hour);
+  EXPECT_EQ(rtx.gpu_model, "RTX2080Ti");
+  // GPU models the catalog does not know must be declared.
+  std::ifstream f(kScenarios + "/pollux-imagenet-multitype.json");
+  nlohmann::json j;
+  f >> j;
+  j.erase("gpu_extra");
+  EXPECT_EQ(ErrorOf(j),
+            "s.json: catalog_extra[0]:2: rtx2080ti.8x: gpu_model: unknown GPU 'RTX2080Ti'");
+  j["gpu_extra"] = "RTX2080Ti";
+  EXPECT_EQ(ErrorOf(j), "s.json: gpu_extra: not an array");
 }
 
 TEST(Replay, BadScenarioMessages) {
