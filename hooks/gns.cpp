@@ -47,10 +47,29 @@ bool GnsEstimator::Estimate(const GnsSample& s, double* grad_sqr, double* var_pe
   if (!std::isfinite(s.local_sqr) || !std::isfinite(s.total_sqr) || s.count < 2 ||
       !(s.micro_batch > 0) || !std::isfinite(s.micro_batch))
     return false;
+  if (s.mean_inv_batch != 0 || s.combined_inv_batch != 0) {
+    // E local = |G|^2 + tr·a_l, E total = |G|^2 + tr·a_t: two linear equations, unbiased.
+    const double al = s.mean_inv_batch, at = s.combined_inv_batch;
+    if (!(al > at) || !(at > 0) || !std::isfinite(al)) return false;
+    *var_per_sample = (s.local_sqr - s.total_sqr) / (al - at);
+    *grad_sqr = s.total_sqr - *var_per_sample * at;
+    return std::isfinite(*grad_sqr) && std::isfinite(*var_per_sample);
+  }
   const double n = s.count;
   *grad_sqr = (n * s.total_sqr - s.local_sqr) / (n - 1);
   *var_per_sample = (s.local_sqr - s.total_sqr) * s.micro_batch * n / (n - 1);
   return std::isfinite(*grad_sqr) && std::isfinite(*var_per_sample);
+}
+
+void SetUnequalBatches(const std::vector<double>& batches, bool sample_weighted, GnsSample* s) {
+  const double n = static_cast<double>(batches.size());
+  double total = 0, inv = 0;
+  for (double b : batches) total += b, inv += 1 / b;
+  s->count = static_cast<int>(batches.size());
+  s->micro_batch = n > 0 ? total / n : 0;
+  s->mean_inv_batch = n > 0 ? inv / n : 0;
+  // Σ (b_k/B)²/b_k = 1/B; Σ (1/n)²/b_k = inv/n².
+  s->combined_inv_batch = n > 0 ? (sample_weighted ? 1 / total : inv / (n * n)) : 0;
 }
 
 bool GnsEstimator::Update(const GnsSample& s) {

@@ -3,7 +3,7 @@
 // variance.
 //
 // Per step, with `count` micro-batch gradients g_k of `micro_batch` samples each (count = replicas
-// x accumulation micro-steps) and their average ḡ:
+// x accumulation micro-steps) and their average ḡ (for unequal batches see GnsSample):
 //   local_sqr = mean_k |g_k|^2,  total_sqr = |ḡ|^2
 //   |G|^2     ≈ (count·total_sqr − local_sqr) / (count − 1)
 //   tr(Σ₁)    ≈ (local_sqr − total_sqr) · micro_batch · count / (count − 1)   (per-sample variance)
@@ -32,6 +32,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "estimator/core/types.h"
 
@@ -60,9 +61,21 @@ struct GnsSample {
   double local_sqr = 0;    // mean over the count micro-batch gradients of |g_k|^2
   double total_sqr = 0;    // |ḡ|^2 of their average
   int count = 1;           // number of micro-batch gradients averaged (replicas x micro-steps)
-  double micro_batch = 1;  // samples in each micro-batch gradient
+  double micro_batch = 1;  // samples in each micro-batch gradient (the mean when they differ)
   bool biased = false;     // consecutive-steps pairing of a single replica
+  // Unequal batches (replicas with different local batches): 0 = every gradient has micro_batch
+  // samples. Otherwise, with g_k of b_k samples combined as ḡ = Σ w_k g_k (Σ w_k = 1):
+  //   mean_inv_batch     = (1/count) Σ 1/b_k      (E local_sqr = |G|^2 + tr(Σ₁)·mean_inv_batch)
+  //   combined_inv_batch = Σ w_k²/b_k             (E total_sqr = |G|^2 + tr(Σ₁)·combined_inv_batch)
+  // and the estimates solve these two equations (SetUnequalBatches fills them).
+  double mean_inv_batch = 0;
+  double combined_inv_batch = 0;
 };
+
+// Fills count, micro_batch (the mean), mean_inv_batch and combined_inv_batch for gradients of
+// `batches` samples each, combined weighted by their samples (w_k = b_k/B, the gradient of the
+// whole batch: sample_weighted) or equally (w_k = 1/count, an unweighted all-reduce average).
+void SetUnequalBatches(const std::vector<double>& batches, bool sample_weighted, GnsSample* s);
 
 // Smoothed state: the noise state the models read (core::NoiseState: grad_sqr, grad_var at
 // base_batch, base_batch, biased) plus the estimator's counters.
