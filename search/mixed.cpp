@@ -98,9 +98,7 @@ MixedEvaluation EvaluateMixed(const SearchProblem& p, const MixedConfig& c, cons
   return e;
 }
 
-namespace {
-// Whether the best mixed cluster found is worth proposing, and why.
-void Conclude(Goal g, MixedSearchResult* out) {
+void ConcludeMixed(Goal g, MixedSearchResult* out) {
   MixedSearchResult& r = *out;
   if (!r.best) {
     r.reason = "no type of the top candidates is short of nodes";
@@ -128,7 +126,6 @@ void Conclude(Goal g, MixedSearchResult* out) {
       << r.best_single->Objective(g);
   r.reason = why.str();
 }
-}  // namespace
 
 MixedSearchResult SearchMixed(const SearchProblem& p, const SearchResult& single,
                               const MixedStepFn& step, const MixedSearchOptions& options) {
@@ -255,7 +252,7 @@ MixedSearchResult SearchMixed(const SearchProblem& p, const SearchResult& single
       }
     }
   }
-  Conclude(p.objective.goal, &r);
+  ConcludeMixed(p.objective.goal, &r);
   return r;
 }
 

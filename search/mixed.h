@@ -78,6 +78,10 @@ MixedEvaluation EvaluateMixed(const SearchProblem& p, const MixedConfig& c, cons
 
 // The best mixed cluster around the single-type result `single` (SearchResult of Search(p) with a
 // top list of several candidates). Throws cloudtune::InputError on invalid options.
+// Sets `proposed` and `reason` from `best` and `best_single` (SearchMixed ends with it; call it
+// again after replacing best_single with a better single-type candidate found elsewhere).
+void ConcludeMixed(Goal goal, MixedSearchResult* result);
+
 MixedSearchResult SearchMixed(const SearchProblem& p, const SearchResult& single,
                               const MixedStepFn& step, const MixedSearchOptions& options = {});
 

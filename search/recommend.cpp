@@ -3,11 +3,13 @@
 #include <algorithm>
 #include <cmath>
 #include <iomanip>
+#include <limits>
 #include <memory>
 #include <set>
 #include <sstream>
 
 #include "estimator/core/error.h"
+#include "estimator/mixed_cluster.h"
 
 namespace cloudtune::search {
 
@@ -84,6 +86,8 @@ bool RecommendOptions::IsValid(std::string* error) const {
   if (!(lcb_kappa >= 0)) return fail("lcb_kappa must be >= 0");
   if (!(measured_sigma >= 0) || !(steps_sigma_floor >= 0))
     return fail("measured_sigma and steps_sigma_floor must be >= 0");
+  if (mixed_max_types != 0 && (mixed_max_types < 2 || mixed_max_types > 3))
+    return fail("mixed_max_types must be 0 (off), 2 or 3");
   return true;
 }
 
@@ -271,6 +275,55 @@ Recommendation Decide(const SearchProblem& problem, const RecommendOptions& opti
   return r;
 }
 
+namespace {
+
+// The mixed-cluster search around the single-type result, the clusters' steps from the one
+// throughput model over types (estimator/mixed_cluster.h), the spot capacity known as the nodes
+// available of each type.
+MixedSearchResult MixedAround(const SearchProblem& problem, const ProfilePredictor& predictor,
+                              const RecommendOptions& options, const Evaluation& best_available) {
+  // Seeds: what the job would run with all the capacity it wants; the mixed clusters keep what
+  // is available of the preferred type.
+  SearchProblem p = problem;
+  p.keep_top = std::max(p.keep_top, 32);
+  p.space.spot_nodes_available.clear();
+  const SearchResult single = Search(p);
+  auto hardware = std::make_shared<std::map<std::string, estimator::Hardware>>();
+  for (const InstanceType& t : p.catalog->types)
+    (*hardware)[t.name] = HardwareOf(*p.catalog, t.name);
+  auto mixed = std::make_shared<estimator::MixedClusterPredictor>(predictor.model(), *hardware);
+  MixedStepFn step = [mixed, hardware](const MixedConfig& c) {
+    std::vector<estimator::ClusterPart> parts;
+    for (const MixedPart& m : c.parts) parts.push_back({m.type, m.nodes, m.gpus_per_node});
+    MixedStep s;
+    try {
+      const estimator::MixedStepPrediction pr = mixed->Predict(parts, c.global_batch);
+      s.step = {pr.step_time, pr.log_sigma};
+      s.local_bsz = pr.local_bsz;
+      s.global_batch = pr.global_batch;
+    } catch (const InputError&) {
+      s.step = {0.0, 0.0};  // cannot be predicted: not a candidate
+    }
+    return s;
+  };
+  MixedSearchOptions mo;
+  mo.max_types = options.mixed_max_types;
+  mo.available_nodes = problem.space.spot_nodes_available;
+  MixedSearchResult r = SearchMixed(p, single, step, mo);
+  // The single type to beat: the best the capacity allows (on demand included).
+  const Goal g = p.objective.goal;
+  auto value = [g](const Evaluation& e) {
+    return e.feasible ? e.Objective(g) : std::numeric_limits<double>::infinity();
+  };
+  if (!r.best_single || value(best_available) < value(*r.best_single)) {
+    r.best_single = best_available;
+    if (r.best) ConcludeMixed(g, &r);
+  }
+  return r;
+}
+
+}  // namespace
+
 Recommendation Recommend(const RecommendRequest& req) {
   const Catalog& catalog = req.catalog ? *req.catalog : DefaultCatalog();
   std::string err;
@@ -346,6 +399,8 @@ Recommendation Recommend(const RecommendRequest& req) {
       Decide(p, req.options, [&keys](const Config& c) { return keys.count(c.Key()) > 0; });
   for (const auto& type : predictor->model().types())
     r.throughput_models[type] = predictor->model().model(type).ToJson();
+  if (req.options.mixed_max_types >= 2 && !p.space.spot_nodes_available.empty())
+    r.mixed = MixedAround(p, *predictor, req.options, r.best);
   return r;
 }
 
@@ -366,6 +421,33 @@ nlohmann::json Recommendation::ToJson() const {
   for (const auto& a : alternatives) j["alternatives"].push_back(EvalJson(a));
   j["candidates_evaluated"] = evaluated;
   j["catalog"] = catalog_source;
+  if (mixed) {
+    nlohmann::json m = {{"proposed", mixed->proposed},
+                        {"reason", mixed->reason},
+                        {"clusters_evaluated", mixed->considered}};
+    if (mixed->best) {
+      const MixedEvaluation& e = *mixed->best;
+      nlohmann::json parts = nlohmann::json::array();
+      for (size_t i = 0; i < e.config.parts.size(); ++i) {
+        const MixedPart& part = e.config.parts[i];
+        parts.push_back({{"instance_type", part.type},
+                         {"nodes", part.nodes},
+                         {"gpus_per_node", part.gpus_per_node},
+                         {"purchase", core::PurchaseName(part.purchase)},
+                         {"local_bsz", i < e.local_bsz.size() ? e.local_bsz[i] : 0}});
+      }
+      m["best"] = {{"description", e.config.ToString()},
+                   {"parts", parts},
+                   {"global_batch", e.config.global_batch},
+                   {"step_time_s", Finite(e.step_time_s)},
+                   {"hours", Finite(e.hours)},
+                   {"cost_usd", Finite(e.cost)},
+                   {"log_sigma", Finite(e.log_sigma)},
+                   {"feasible", e.feasible}};
+    }
+    if (mixed->best_single) m["best_single"] = EvalJson(*mixed->best_single);
+    j["mixed"] = m;
+  }
   return j;
 }
 

@@ -20,6 +20,7 @@
 #include "estimator/efficiency.h"
 #include "estimator/throughput.h"
 #include "search/catalog.h"
+#include "search/mixed.h"
 #include "search/search.h"
 
 namespace cloudtune::search {
@@ -46,6 +47,10 @@ struct RecommendOptions {
   double lcb_kappa = 2.0;          // LCB = objective × exp(−κ·σ)
   double measured_sigma = 0.03;    // log uncertainty of a measured configuration's step time
   double steps_sigma_floor = 0.0;  // added in quadrature to the steps prediction
+  // Mixed clusters (search/mixed.h): when the spot capacity the job knows of
+  // (space.spot_nodes_available) leaves a type short, also look for a cluster of up to this many
+  // types, each with its own local batch, and report it (Recommendation::mixed). 0 = off; 2 or 3.
+  int mixed_max_types = 2;
   bool IsValid(std::string* error) const;
 };
 
@@ -81,6 +86,10 @@ struct Recommendation {
   // The throughput model fitted per measured instance type (ThroughputModel::ToJson), as the
   // search used it.
   std::map<std::string, nlohmann::json> throughput_models;
+  // The mixed-cluster search, when the known spot capacity left a type short (see
+  // RecommendOptions::mixed_max_types): its best cluster, whether it beats the best single type
+  // beyond its added uncertainty (then a job that can run mixed types should), and why.
+  std::optional<MixedSearchResult> mixed;
   nlohmann::json ToJson() const;  // "schema": "cloudtune.recommendation/1"
   std::string ToTable() const;    // human-readable
 };

@@ -166,6 +166,7 @@ FitAndSearchOptions SearchOptionsFrom(const Options& options, const search::Cata
   fo.target.dataset_size = options.dataset_size;
   if (options.max_local_batch > 0) fo.recommend.space.max_local_bsz = options.max_local_batch;
   fo.recommend.space.max_batch_growth = options.max_batch_growth;
+  fo.recommend.mixed_max_types = options.mixed_types;
   fo.instance_type = options.instance_type;
   if (!options.candidates.empty())
     fo.candidates = CandidatesFromTrace(options.candidates, options.instance_type);

@@ -42,6 +42,8 @@ const std::vector<Field>& Fields() {
        "largest local batch the tuner may propose (0 = no limit)"},
       {"max_batch_growth", &Options::max_batch_growth,
        "largest proposed global batch as a multiple of the largest one run (0 = no bound)"},
+      {"mixed_types", &Options::mixed_types,
+       "instance types a mixed cluster may combine when spot capacity is short (0 = off, 2, 3)"},
       {"refit_seconds", &Options::refit_seconds, "seconds between background refits"},
       {"objective", &Options::objective, "what the tuner minimises: cost or time"},
       {"deadline_hours", &Options::deadline_hours, "finish within this many hours (0 = none)"},
@@ -188,6 +190,8 @@ bool Options::IsValid(std::string* error) const {
   if (max_local_batch < 0) return fail(&max_local_batch, "must be >= 0 (0 = no limit)");
   if (!(max_batch_growth == 0 || max_batch_growth >= 1) || !std::isfinite(max_batch_growth))
     return fail(&max_batch_growth, "must be >= 1, or 0 (no bound)");
+  if (mixed_types != 0 && mixed_types != 2 && mixed_types != 3)
+    return fail(&mixed_types, "must be 0 (off), 2 or 3");
   if (!(refit_seconds > 0)) return fail(&refit_seconds, "must be > 0 (seconds)");
   core::Goal goal;
   if (!core::ParseGoal(objective, &goal)) return fail(&objective, "must be 'cost' or 'time'");

@@ -42,6 +42,10 @@ struct Options {
   // Observe, then grow: the largest global batch proposed, as a multiple of the largest batch the
   // job has run (search::RecommendOptions::max_batch_growth). >= 1, or 0 = no bound.
   double max_batch_growth = 4;
+  // Mixed clusters: when the spot capacity the job knows of leaves a type short, also search
+  // clusters of up to this many instance types, each with its own local batch, and report the
+  // best in the recommendation ("mixed"). 0 = off, 2 or 3.
+  int mixed_types = 2;
   // Seconds between background refits of the models and searches (tuner, later issues).
   double refit_seconds = 30;
   // What the tuner optimises: "cost" (cheapest to finish) or "time" (fastest to finish).

@@ -5,10 +5,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <iostream>
 #include <map>
 #include <string>
 
 #include "estimator/core/error.h"
+#include "search/recommend.h"
 
 namespace cloudtune::search {
 namespace {
@@ -115,9 +117,11 @@ TEST(MixedSearch, ShortCapacityIsFilledWithAnotherType) {
       << " steps " << r.best_single->steps;
   // Per-type local batches: the faster GPU gets the larger share.
   const auto& parts = r.best->config.parts;
-  for (size_t i = 1; i < parts.size(); ++i)
-    if (kBeta.at(parts[i].type) < kBeta.at(parts[0].type))
+  for (size_t i = 1; i < parts.size(); ++i) {
+    if (kBeta.at(parts[i].type) < kBeta.at(parts[0].type)) {
       EXPECT_GT(r.best->local_bsz[i], r.best->local_bsz[0]);
+    }
+  }
   // Priced per type and purchase.
   double price = 0;
   for (const auto& part : parts)
@@ -139,13 +143,92 @@ TEST(MixedSearch, NeverProposesAMixedClusterPredictedWorseThanTheBestSingleType)
         const MixedSearchResult r = SearchMixed(p, single, Balanced, o);
         if (!r.proposed) continue;
         ASSERT_TRUE(r.best);
-        if (r.best_single && r.best_single->feasible)
+        if (r.best_single && r.best_single->feasible) {
           EXPECT_LT(r.best->Objective(g), r.best_single->Objective(g))
               << GoalName(g) << " avail " << avail << ": " << r.reason;
+        }
         for (const auto& part : r.best->config.parts)
           EXPECT_LE(part.nodes, o.available_nodes[part.type]) << part.type;
       }
   }
+}
+
+}  // namespace
+}  // namespace cloudtune::search
+
+namespace cloudtune::search {
+namespace {
+
+// Recommend (the entry point a job's runtime calls) runs the mixed search only when the spot
+// capacity the job knows of is given, and reports it in its record.
+RecommendRequest MeasuredOnT4() {
+  RecommendRequest req;
+  for (int nodes : {1, 2, 4})
+    for (int bsz : {32, 64, 128}) {
+      core::Measurement m;
+      m.key = {nodes, nodes * 4, bsz, 0, "g4dn.12xlarge"};
+      const double sync = Sync(nodes * 4, nodes);
+      m.step_time = kAlpha + kBeta.at("g4dn.12xlarge") * bsz + sync;
+      m.sync_time = sync;
+      m.rows = 20;
+      req.profile.push_back(m);
+    }
+  req.noise = core::NoiseState{1.0, 2000.0 / 64, 64};
+  Config cur;
+  cur.type = "g4dn.12xlarge";
+  cur.nodes = 4;
+  cur.gpus_per_node = 4;
+  cur.local_bsz = 64;
+  cur.purchase = Purchase::kSpot;
+  req.current = cur;
+  req.options.target_progress = 2e5;
+  req.options.space.max_nodes = 16;
+  req.options.space.max_gpus = 64;
+  req.options.space.types = {"g4dn.12xlarge", "g5.12xlarge", "p3.8xlarge"};
+  return req;
+}
+
+TEST(Mixed, RecommendReportsTheMixedSearchWhenSpotCapacityIsShort) {
+  RecommendRequest req = MeasuredOnT4();
+  EXPECT_FALSE(Recommend(req).mixed.has_value());  // no capacity known: not searched
+  // Cheapest within a deadline that needs many nodes, with spot capacity short of every type.
+  req.options.objective.deadline_h = 1.5;
+  req.options.space.allow_anchor = false;
+  req.options.space.spot_nodes_available = {
+      {"g4dn.12xlarge", 3}, {"g5.12xlarge", 3}, {"p3.8xlarge", 3}};
+  const Recommendation r = Recommend(req);
+  ASSERT_TRUE(r.mixed.has_value());
+  EXPECT_GT(r.mixed->considered, 0u);
+  ASSERT_TRUE(r.mixed->best.has_value()) << r.mixed->reason;
+  const MixedEvaluation& best = *r.mixed->best;
+  std::cout << "mixed: " << best.config.ToString() << " (" << r.mixed->considered
+            << " clusters), proposed " << r.mixed->proposed << ": " << r.mixed->reason << "\n";
+  long long samples = 0;
+  for (size_t i = 0; i < best.config.parts.size(); ++i)
+    samples += static_cast<long long>(best.config.parts[i].replicas()) * best.local_bsz.at(i);
+  EXPECT_EQ(samples, best.config.global_batch);
+  // It keeps the spot nodes of the preferred type that can be had (3) and fills up with another
+  // type; predicted cheaper than the best single type within the capacity, it is still not
+  // proposed: the unmeasured type's projection adds more uncertainty than the saving.
+  ASSERT_TRUE(r.mixed->best_single.has_value());
+  EXPECT_LT(best.cost, r.mixed->best_single->cost);
+  bool spot_kept = false;
+  for (const MixedPart& part : best.config.parts)
+    spot_kept |= part.purchase == Purchase::kSpot && part.nodes <= 3;
+  EXPECT_TRUE(spot_kept) << best.config.ToString();
+  EXPECT_FALSE(r.mixed->proposed) << r.mixed->reason;
+  EXPECT_NE(r.mixed->reason.find("added uncertainty"), std::string::npos) << r.mixed->reason;
+  const nlohmann::json j = r.ToJson();
+  ASSERT_TRUE(j.contains("mixed"));
+  EXPECT_EQ(j["mixed"]["proposed"], r.mixed->proposed);
+  EXPECT_EQ(j["mixed"]["best"]["parts"].size(), best.config.parts.size());
+  // Off by option; a bad value is named.
+  req.options.mixed_max_types = 0;
+  EXPECT_FALSE(Recommend(req).mixed.has_value());
+  req.options.mixed_max_types = 4;
+  std::string err;
+  EXPECT_FALSE(req.options.IsValid(&err));
+  EXPECT_EQ(err, "mixed_max_types must be 0 (off), 2 or 3");
 }
 
 }  // namespace
