@@ -77,9 +77,9 @@ TEST(Replay, RevocationsFromACapacityTraceAndDeadlinesReported) {
   j["spot"] = {{"reading", "count"}, {"offset_h", 0}, {"traces", {{"g4dn.12xlarge", trace}}}};
   Scenario s = ParseScenario(j, "spot.json", kScenarios);
   ASSERT_EQ(s.spot.count("g4dn.12xlarge"), 1u);
-  auto res = RunReplay(s, 0);  // seed 0: offset 0 into the trace
-  const PolicyResult& od = Find(res, "fixed-on-demand");
-  const PolicyResult& spot = Find(res, "fixed-spot");
+  auto res = RunReplay(s, 0);                            // seed 0: offset 0 into the trace
+  const PolicyResult od = Find(res, "fixed-on-demand");  // copies: res is reassigned below
+  const PolicyResult spot = Find(res, "fixed-spot");
   EXPECT_EQ(od.revocations, 0);
   EXPECT_DOUBLE_EQ(od.waited_h, 0);
   ASSERT_GT(od.makespan_h, 0.5) << "the job must outlast the first 30 minutes";
