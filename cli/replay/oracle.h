@@ -15,7 +15,8 @@
 // - Spot (and the spot workers of an anchor cluster) of a type with a capacity trace is chosen only
 //   for windows in which the trace has the capacity for the whole window: hindsight dodges every
 //   revocation. Types without a trace are never revoked (catalog rates are ~1e-4/h: in the oracle's
-//   favour). The oracle may also idle (pay nothing, make no progress); coming back costs switch_s.
+//   favour). Where capacity traces exist the oracle may also idle (pay nothing, make no progress);
+//   coming back costs switch_s.
 // - Progress (B0-steps) is kept on `levels` equally spaced levels. The oracle's result rounds each
 //   window's progress down to a level: a schedule it can actually follow (an upper bound of the
 //   optimum of this model). The same recursion rounding up gives a lower bound (`cost_lower`,
