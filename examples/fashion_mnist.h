@@ -83,12 +83,12 @@ inline std::string PrepareFashionMnist(const std::string& source, const std::str
 // (the cloudtune slot): backward accumulates straight into it, and one all-reduce of the buffer
 // carries the gradients and the slot together.
 struct FlatGrads {
-  torch::Tensor flat;                // numel + 1 floats
+  torch::Tensor flat;                // numel + 3 floats: the gradients, then the cloudtune slots
   std::vector<torch::Tensor> grads;  // views of flat, one per parameter
   int64_t numel = 0;
   explicit FlatGrads(torch::nn::Module& net) {
     for (auto& p : net.parameters()) numel += p.numel();
-    flat = torch::zeros({numel + 1});
+    flat = torch::zeros({numel + 3});
     int64_t off = 0;
     for (auto& p : net.parameters()) {
       auto g = flat.narrow(0, off, p.numel()).view_as(p);
@@ -103,11 +103,14 @@ struct FlatGrads {
 // One data-parallel optimizer step over `micro` micro-batches (gradient accumulation when > 1),
 // the gradients averaged over `pg` (null = single process). Returns the mean loss. The cloudtune
 // hooks are the lines marked [cloudtune]; `ct` is the process's plugin
-// (cloudtune::plugin::Instance()).
+// (cloudtune::plugin::Instance()). `mean_bsz` > 0: the replicas' local batches differ (this one's
+// is the micro-batches' size) and average `mean_bsz`; the gradients are then combined weighted by
+// samples, and the hooks are told the replicas' batches.
 inline double TrainStep(Net& net, torch::optim::Optimizer& opt, FlatGrads& fg, torch::Tensor& accum,
                         c10d::ProcessGroup* pg, int world_size,
                         const std::vector<std::pair<torch::Tensor, torch::Tensor>>& micro,
-                        plugin::Plugin* ct, int slow_ms = 0, bool poison = false) {
+                        plugin::Plugin* ct, int slow_ms = 0, bool poison = false,
+                        int64_t mean_bsz = 0) {
   ct->StepBegin();  // [cloudtune]
   double loss_sum = 0, slot = 0;
   const bool accumulate = micro.size() > 1;
@@ -129,6 +132,12 @@ inline double TrainStep(Net& net, torch::optim::Optimizer& opt, FlatGrads& fg, t
   if (slow_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(slow_ms));
   if (accumulate) fg.body().copy_(accum).div_(static_cast<double>(micro.size()));
   fg.flat[fg.numel] = slot;  // [cloudtune] the local squared norms ride in the all-reduce
+  const double bsz = static_cast<double>(micro.front().first.size(0));
+  if (mean_bsz > 0) {  // unequal local batches: weight by samples; the batches ride along too
+    fg.body().mul_(bsz / static_cast<double>(mean_bsz));
+    fg.flat[fg.numel + 1] = 1.0 / bsz;
+    fg.flat[fg.numel + 2] = bsz;
+  }
   if (pg && world_size > 1) {
     std::vector<torch::Tensor> bufs{fg.flat};
     ct->SyncBegin();  // [cloudtune]
@@ -136,15 +145,18 @@ inline double TrainStep(Net& net, torch::optim::Optimizer& opt, FlatGrads& fg, t
     ct->SyncEnd();  // [cloudtune]
     fg.flat.div_(world_size);
   }
+  if (mean_bsz > 0)  // [cloudtune] the replicas' mean 1/b and b
+    ct->ReplicaBatches(fg.flat[fg.numel + 1].item<double>(), fg.flat[fg.numel + 2].item<double>());
   ct->GradsReduced({fg.body()}, fg.flat[fg.numel].item<double>());  // [cloudtune]
   // A step whose averaged gradient is not finite is skipped, as a loss scaler skips it (every rank
   // sees the same all-reduced values, so all skip together).
+  const int64_t step_bsz = mean_bsz > 0 ? mean_bsz : micro.front().first.size(0);
   if (!fg.body().isfinite().all().item<bool>()) {
-    ct->StepEnd(micro.front().first.size(0), static_cast<int64_t>(micro.size()));  // [cloudtune]
+    ct->StepEnd(step_bsz, static_cast<int64_t>(micro.size()));  // [cloudtune]
     return loss_sum / static_cast<double>(micro.size());
   }
   opt.step();
-  ct->StepEnd(micro.front().first.size(0), static_cast<int64_t>(micro.size()));  // [cloudtune]
+  ct->StepEnd(step_bsz, static_cast<int64_t>(micro.size()));  // [cloudtune]
   return loss_sum / static_cast<double>(micro.size());
 }
 

@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <iostream>
 #include <map>
+#include <stdexcept>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
@@ -42,6 +43,7 @@ struct Flags {
   int slow_ms = 0;
   int nan_rank = -1;  // this rank's gradients are NaN at the steps nan_steps lists
   std::vector<int64_t> nan_steps;
+  std::vector<int> batches;  // per-rank local batches (unequal: a mixed cluster's balanced batches)
   cloudtune::examples::AdaptiveFlags adaptive;  // --adaptive-batch, --validation-csv, ...
 };
 
@@ -123,10 +125,28 @@ int Launch(int n, int argc, char** argv) {
   return rc;
 }
 
-int Worker(const Flags& f) {
+// --batches: sets this rank's local batch; returns their mean (0 without --batches) and the
+// largest in *max_bsz. Throws std::invalid_argument on a list that does not fit the workers.
+int64_t ApplyBatches(Flags* f, int rank, int world, int64_t* max_bsz) {
+  if (f->batches.empty()) return 0;
+  if (static_cast<int>(f->batches.size()) != world)
+    throw std::invalid_argument("--batches: " + std::to_string(f->batches.size()) +
+                                " local batches for " + std::to_string(world) + " workers");
+  int64_t sum = 0;
+  for (int b : f->batches) sum += b;
+  if (sum % world)
+    throw std::invalid_argument("--batches: their mean must be a whole number of samples");
+  *max_bsz = *std::max_element(f->batches.begin(), f->batches.end());
+  f->batch = f->batches[rank];
+  return sum / world;
+}
+
+int Worker(Flags f) {
   using namespace cloudtune::examples;
   const int rank = EnvInt("RANK", 0);
   const int world = EnvInt("WORLD_SIZE", 1);
+  int64_t max_bsz = f.batch;
+  const int64_t mean_bsz = ApplyBatches(&f, rank, world, &max_bsz);
   torch::set_num_threads(f.threads);
   const auto t0 = std::chrono::steady_clock::now();
   auto log = [&](const std::string& s) {
@@ -179,7 +199,8 @@ int Worker(const Flags& f) {
   torch::optim::SGD opt(net->parameters(), torch::optim::SGDOptions(f.lr).momentum(0.9));
   torch::Tensor accum;
 
-  cloudtune::Init({rank, world, 0, f.batch, f.accum});            // [cloudtune]
+  cloudtune::Init({rank, world, 0, mean_bsz > 0 ? static_cast<int>(mean_bsz) : f.batch,
+                   f.accum});                                     // [cloudtune]
   cloudtune::plugin::Plugin* ct = cloudtune::plugin::Instance();  // [cloudtune]
   cloudtune::plugin::Plugin off(cloudtune::runtime::Options{});
   if (!ct) ct = &off;
@@ -189,7 +210,7 @@ int Worker(const Flags& f) {
       std::to_string(x_train.size(0)) + " training samples per worker");
   const int64_t n = x_train.size(0);
   const int64_t per_step = static_cast<int64_t>(f.batch) * f.accum;
-  const int64_t steps_per_epoch = n / per_step;
+  const int64_t steps_per_epoch = n / (max_bsz * f.accum);  // the same on every rank
   int64_t step = 0;
   bool stop = false;
   if (f.adaptive.active()) {  // the evaluated loop of examples/adaptive_batch.h replaces the epochs
@@ -213,7 +234,8 @@ int Worker(const Flags& f) {
       }
       loss_window += TrainStep(
           net, opt, fg, accum, pg.get(), world, micro, ct, rank == f.slow_rank ? f.slow_ms : 0,
-          rank == f.nan_rank && std::count(f.nan_steps.begin(), f.nan_steps.end(), step + 1) > 0);
+          rank == f.nan_rank && std::count(f.nan_steps.begin(), f.nan_steps.end(), step + 1) > 0,
+          mean_bsz);
       ++window;
       ++step;
       if (step % f.log_every == 0) {
@@ -289,13 +311,24 @@ int main(int argc, char** argv) {
                  "scaler skips it)");
   app.add_option("--nan-steps", f.nan_steps, "optimizer steps (1-based) with NaN gradients")
       ->delimiter(',');
+  app.add_option(
+         "--batches", f.batches,
+         "local batch of each worker, in rank order (e.g. 48,80: unequal batches, gradients "
+         "weighted by samples); overrides --batch")
+      ->delimiter(',');
   cloudtune::examples::AddAdaptiveFlags(app, &f.adaptive);
   CLI11_PARSE(app, argc, argv);
   if (!cloudtune::examples::PrepareAdaptive(f.adaptive)) return 2;
+  if (!f.batches.empty() && f.adaptive.active()) {
+    std::cerr << "train_fashion_mnist: --batches and the adaptive batch loop are exclusive\n";
+    return 2;
+  }
+  for (int b : f.batches)
+    if (b < 1) f.batch = 0;  // reported below
   if (f.batch < 1 || f.accum < 1 || f.epochs < 1 || f.threads < 1 || f.log_every < 1 ||
       f.workers < 0) {
-    std::cerr << "train_fashion_mnist: --batch, --accum, --epochs, --threads, --log-every must be "
-                 ">= 1 and --workers >= 0\n";
+    std::cerr << "train_fashion_mnist: --batch (and each of --batches), --accum, --epochs, "
+                 "--threads, --log-every must be >= 1 and --workers >= 0\n";
     return 2;
   }
   if (f.workers > 0 && !std::getenv("RANK")) return Launch(f.workers, argc, argv);

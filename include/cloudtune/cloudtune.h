@@ -72,6 +72,10 @@ void GradsReduced(const std::vector<at::Tensor>& grads, double reduced_slot);
 // Device variants (CUDA jobs, JobInfo::cuda): the slot stays a tensor on the gradients' device.
 at::Tensor GradsLocalTensor(const std::vector<at::Tensor>& grads);
 void GradsReducedTensor(const std::vector<at::Tensor>& grads, const at::Tensor& reduced_slot);
+// Replicas with different local batches: before GradsReduced, the means over replicas of
+// 1/local_bsz and local_bsz (two more all-reduced elements); the gradients combined weighted by
+// samples (each scaled by local_bsz / mean before the average) and StepEnd given the mean batch.
+void ReplicaBatches(double mean_inv_batch, double mean_batch);
 void StepEnd(int64_t local_bsz, int64_t micro_steps = 1);
 bool ShouldCheckpoint();
 // Tells the tuner what counts as finished (any time after Init; a no-op when off).

@@ -74,6 +74,9 @@ at::Tensor GradsLocalTensor(const std::vector<at::Tensor>& grads) {
 void GradsReducedTensor(const std::vector<at::Tensor>& grads, const at::Tensor& reduced_slot) {
   if (auto* p = On()) p->GradsReducedTensor(grads, reduced_slot);
 }
+void ReplicaBatches(double mean_inv_batch, double mean_batch) {
+  if (auto* p = On()) p->ReplicaBatches(mean_inv_batch, mean_batch);
+}
 void StepEnd(int64_t local_bsz, int64_t micro_steps) {
   if (auto* p = On()) p->StepEnd(local_bsz, micro_steps);
 }

@@ -328,6 +328,13 @@ void Plugin::GradsReduced(const std::vector<at::Tensor>& grads, double reduced_s
       pending_.local_sqr = reduced_slot / static_cast<double>(micro);
       pending_.total_sqr = hooks::SquaredNorm(grads);
       pending_.count = count;
+      if (replica_mean_batch_ > 0 && replica_inv_batch_ > 0) {
+        // Unequal batches, combined weighted by samples: each of the count gradients has b_k
+        // samples; the step's gradient is sum_k b_k/(B m) g_kj, B = world x mean batch.
+        pending_.mean_inv_batch = replica_inv_batch_;
+        pending_.combined_inv_batch =
+            1.0 / (static_cast<double>(job_.world_size) * replica_mean_batch_ * micro);
+      }
       have_pending_ = micro_seen_ > 0;  // no GradsLocal calls: the slot means nothing
     } else {
       // One replica, no accumulation: pair this step with the previous one (biased).
@@ -354,6 +361,14 @@ void Plugin::GradsReduced(const std::vector<at::Tensor>& grads, double reduced_s
   }
 }
 
+void Plugin::ReplicaBatches(double mean_inv_batch, double mean_batch) {
+  if (!enabled()) return;
+  const bool ok = std::isfinite(mean_inv_batch) && std::isfinite(mean_batch) &&
+                  mean_inv_batch > 0 && mean_batch > 0;
+  replica_inv_batch_ = ok ? mean_inv_batch : 0;
+  replica_mean_batch_ = ok ? mean_batch : 0;
+}
+
 void Plugin::StepEnd(int64_t local_bsz, int64_t micro_steps) {
   if (!enabled()) return;
   try {
@@ -370,6 +385,7 @@ void Plugin::StepEnd(int64_t local_bsz, int64_t micro_steps) {
       runtime_->StepTimes(step_, timed ? s.step_time : -1.0, timed ? s.compute_time() : -1.0);
     local_sum_ = 0;
     micro_seen_ = 0;
+    replica_inv_batch_ = replica_mean_batch_ = 0;
 #ifdef CLOUDTUNE_WITH_CUDA
     cuda_local_ = at::Tensor();
 #endif

@@ -69,6 +69,12 @@ class Plugin {
   // GradsLocalTensor returns a 0-dim float64 tensor (zero when off).
   at::Tensor GradsLocalTensor(const std::vector<at::Tensor>& grads);
   void GradsReducedTensor(const std::vector<at::Tensor>& grads, const at::Tensor& reduced_slot);
+  // Replicas with different local batches (a mixed cluster balancing its step times): the means
+  // over replicas of 1/local_bsz and of local_bsz (all-reduced like the gradients), for the step
+  // whose GradsReduced comes next. The gradients must then be combined weighted by samples
+  // (each replica scales its gradient by local_bsz / mean before the all-reduce average) and
+  // StepEnd be given the mean local batch. Not called: every replica has StepEnd's local_bsz.
+  void ReplicaBatches(double mean_inv_batch, double mean_batch);
   // Ends the optimizer step: samples per replica per micro-step and the micro-steps it had.
   void StepEnd(int64_t local_bsz, int64_t micro_steps = 1);
   // What counts as finished (from the training loop; overrides CLOUDTUNE_TARGET_*).
@@ -140,6 +146,7 @@ class Plugin {
   int64_t micro_seen_ = 0;
   bool have_pending_ = false;
   hooks::GnsSample pending_;
+  double replica_inv_batch_ = 0, replica_mean_batch_ = 0;  // ReplicaBatches() for the next step
 #ifdef CLOUDTUNE_WITH_CUDA
   bool use_cuda_ = false;
   hooks::CudaStepTimer cuda_timer_;

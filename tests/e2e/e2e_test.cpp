@@ -31,13 +31,14 @@ using cloudtune::e2e::Slurp;
 
 // Runs the example in `dir` with `env` (VAR=value ...; CLOUDTUNE* of the caller removed);
 // returns the exit status, output in *log.
-int RunExample(const fs::path& dir, const std::string& env, std::string* log) {
+int RunExample(const fs::path& dir, const std::string& env, std::string* log,
+               const std::string& extra = "") {
   std::string unset;
   for (const char* v : {"CLOUDTUNE", "CLOUDTUNE_SIDECAR", "CLOUDTUNE_PROFILE",
                         "CLOUDTUNE_MEASURE_EVERY", "RANK", "WORLD_SIZE", "MASTER_PORT"})
     unset += std::string(" -u ") + v;
   const std::string cmd = "cd '" + dir.string() + "' && env" + unset + " " + env + " '" + kBin +
-                          "' --workers 2" + kArgs + " > out.log 2>&1";
+                          "' --workers 2" + kArgs + extra + " > out.log 2>&1";
   const int rc = std::system(cmd.c_str());
   *log = Slurp(dir / "out.log");
   return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
@@ -90,6 +91,35 @@ TEST(E2E, PluginOnWritesSidecarAndProfile) {
   EXPECT_EQ(rows[0].key.local_bsz, 32);
   EXPECT_GT(rows[0].step_time, rows[0].sync_time);
   EXPECT_GT(rows[0].sync_time, 0);
+}
+
+// Unequal local batches (48 and 80, as a mixed cluster balances them): the workers train, the
+// gradients combined weighted by samples; the sidecar records the global batch (2 x 64) and an
+// unbiased noise scale from the unequal-batch estimator.
+TEST(E2E, UnequalLocalBatchesTrainAndWriteASidecar) {
+  auto dir = TempDir("unequal");
+  std::string log;
+  ASSERT_EQ(RunExample(dir, "CLOUDTUNE=1 CLOUDTUNE_MEASURE_EVERY=10", &log, " --batches 48,80"), 0)
+      << log;
+  EXPECT_NE(log.find("test accuracy"), std::string::npos) << log;
+  auto recs = CompleteRecords(dir / "cloudtune.sidecar.jsonl");
+  int measurements = 0;
+  double noise = NAN;
+  for (const auto& r : recs) {
+    if (r["kind"] != "measurement") continue;
+    ++measurements;
+    EXPECT_EQ(r["config"]["num_replicas"], 2);
+    EXPECT_EQ(r["config"]["global_batch"], 128);
+    EXPECT_FALSE(r["biased"].get<bool>());
+    if (r["noise_scale"].is_number()) noise = r["noise_scale"].get<double>();
+  }
+  EXPECT_GE(measurements, 5);
+  EXPECT_TRUE(std::isfinite(noise));
+  EXPECT_GT(noise, 0);
+  // A list that does not match the workers is refused by name.
+  auto bad = TempDir("unequal-bad");
+  EXPECT_NE(RunExample(bad, "", &log, " --batches 48,80,96"), 0);
+  EXPECT_NE(log.find("--batches: 3 local batches for 2 workers"), std::string::npos) << log;
 }
 
 TEST(E2E, PluginOffWritesNothing) {
