@@ -98,7 +98,9 @@ MixedEvaluation EvaluateMixed(const SearchProblem& p, const MixedConfig& c, cons
   return e;
 }
 
-void ConcludeMixed(Goal g, MixedSearchResult* out) {
+namespace {
+// Whether the best mixed cluster found is worth proposing, and why.
+void Conclude(Goal g, MixedSearchResult* out) {
   MixedSearchResult& r = *out;
   if (!r.best) {
     r.reason = "no type of the top candidates is short of nodes";
@@ -126,6 +128,7 @@ void ConcludeMixed(Goal g, MixedSearchResult* out) {
       << r.best_single->Objective(g);
   r.reason = why.str();
 }
+}  // namespace
 
 MixedSearchResult SearchMixed(const SearchProblem& p, const SearchResult& single,
                               const MixedStepFn& step, const MixedSearchOptions& options) {
@@ -142,6 +145,12 @@ MixedSearchResult SearchMixed(const SearchProblem& p, const SearchResult& single
       r.best_single = e;
       break;
     }
+  const Goal goal = p.objective.goal;
+  const auto value = [goal](const Evaluation& e) {
+    return e.feasible ? e.Objective(goal) : std::numeric_limits<double>::infinity();
+  };
+  if (options.baseline && (!r.best_single || value(*options.baseline) < value(*r.best_single)))
+    r.best_single = options.baseline;
   if (single.top.empty()) {
     r.reason = "no single-type candidate to start from";
     return r;
@@ -252,7 +261,7 @@ MixedSearchResult SearchMixed(const SearchProblem& p, const SearchResult& single
       }
     }
   }
-  ConcludeMixed(p.objective.goal, &r);
+  Conclude(goal, &r);
   return r;
 }
 

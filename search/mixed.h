@@ -60,6 +60,10 @@ struct MixedSearchOptions {
   // SpaceOptions::max_nodes.
   std::map<std::string, int> available_nodes;
   int seeds = 6;  // distinct hardware choices of the single-type top list combined (>= 2)
+  // A single-type candidate found elsewhere that the capacity allows (e.g. a search with the spot
+  // limits applied, on demand included): the mixed cluster must beat it too when it is better than
+  // the top list's best within the available nodes.
+  std::optional<Evaluation> baseline;
   bool IsValid(std::string* error) const;
 };
 
@@ -78,10 +82,6 @@ MixedEvaluation EvaluateMixed(const SearchProblem& p, const MixedConfig& c, cons
 
 // The best mixed cluster around the single-type result `single` (SearchResult of Search(p) with a
 // top list of several candidates). Throws cloudtune::InputError on invalid options.
-// Sets `proposed` and `reason` from `best` and `best_single` (SearchMixed ends with it; call it
-// again after replacing best_single with a better single-type candidate found elsewhere).
-void ConcludeMixed(Goal goal, MixedSearchResult* result);
-
 MixedSearchResult SearchMixed(const SearchProblem& p, const SearchResult& single,
                               const MixedStepFn& step, const MixedSearchOptions& options = {});
 

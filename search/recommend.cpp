@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <iomanip>
-#include <limits>
 #include <memory>
 #include <set>
 #include <sstream>
@@ -309,17 +308,8 @@ MixedSearchResult MixedAround(const SearchProblem& problem, const ProfilePredict
   MixedSearchOptions mo;
   mo.max_types = options.mixed_max_types;
   mo.available_nodes = problem.space.spot_nodes_available;
-  MixedSearchResult r = SearchMixed(p, single, step, mo);
-  // The single type to beat: the best the capacity allows (on demand included).
-  const Goal g = p.objective.goal;
-  auto value = [g](const Evaluation& e) {
-    return e.feasible ? e.Objective(g) : std::numeric_limits<double>::infinity();
-  };
-  if (!r.best_single || value(best_available) < value(*r.best_single)) {
-    r.best_single = best_available;
-    if (r.best) ConcludeMixed(g, &r);
-  }
-  return r;
+  mo.baseline = best_available;  // the best single type the capacity allows
+  return SearchMixed(p, single, step, mo);
 }
 
 }  // namespace

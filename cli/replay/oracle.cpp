@@ -105,11 +105,11 @@ struct Oracle::Tables {
   int K = 0;     // levels: u_k = k × target / K, k in [0, K); K = finished
   double W = 0;  // window, s
   std::vector<Config> configs;
-  std::vector<int> group;           // same instances (type, nodes, GPUs/node, purchase)
-  std::vector<double> price;        // USD/h
-  std::vector<double> ckpt_share;   // checkpoint seconds per training second
-  std::vector<double> switch_s[3];  // per class: 0 stay, 1 batch switch, 2 other hardware
-  std::vector<int> spot_nodes;      // spot nodes held (0: on demand)
+  std::vector<int> group;          // same instances (type, nodes, GPUs/node, purchase)
+  std::vector<double> price;       // USD/h
+  std::vector<double> ckpt_share;  // checkpoint seconds per training second
+  double switch_s[3] = {0, 0, 0};  // per class: 0 stay, 1 batch switch, 2 other hardware
+  std::vector<int> spot_nodes;     // spot nodes held (0: on demand)
   // Per class, config, level: the next level rounded down / up (K = finished) and the training
   // seconds to the target when it finishes inside the window (-1 otherwise).
   std::vector<int> next_lo[3], next_hi[3];
@@ -189,7 +189,7 @@ Oracle::Oracle(const Scenario& s, const OracleOptions& o) : s_(s), o_(o) {
   const size_t C = T.configs.size();
   for (int cls = 0; cls < 3; ++cls) {
     const double sw = cls == 0 ? 0 : cls == 1 ? s.cost.batch_switch_s : s.cost.switch_s;
-    T.switch_s[cls].assign(C, sw);
+    T.switch_s[cls] = sw;
     T.next_lo[cls].assign(C * T.K, T.K);
     T.next_hi[cls].assign(C * T.K, T.K);
     T.finish[cls].assign(C * T.K, -1.f);
@@ -305,7 +305,7 @@ class Solver {
                                 : any_at[k];
             };
             if (fin >= 0) {
-              const double secs = T.switch_s[cls][c] + fin * (1 + T.ckpt_share[c]);
+              const double secs = T.switch_s[cls] + fin * (1 + T.ckpt_share[c]);
               const double cost = b + secs / 3600 * price, time = t0 + secs;
               if (time > horizon_s + 1e-6 || cost > budget) continue;
               if (time_goal ? (time < *best_time || (time == *best_time && cost < *best_cost))
@@ -426,7 +426,7 @@ class Solver {
             const size_t at = T.At(c, k);
             const float fin = T.finish[cls][at];
             if (fin >= 0) {
-              const double secs = T.switch_s[cls][c] + fin * (1 + T.ckpt_share[c]);
+              const double secs = T.switch_s[cls] + fin * (1 + T.ckpt_share[c]);
               const double cost = b + secs / 3600 * price, time = j * T.W + secs;
               if (time > horizon_s + 1e-6 || cost > budget) continue;
               if (time_goal ? time < best_t : cost < best) best = cost, best_t = time;

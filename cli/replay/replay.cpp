@@ -548,7 +548,11 @@ void AddHindsight(const Scenario& s, uint64_t seed, const Oracle* oracle,
   f.finished = o.fixed_cost > 0;
   f.cost = o.fixed_cost;
   f.makespan_h = o.fixed_makespan_h;
-  f.switches = f.finished ? 1 : 0;
+  Config spot_start = s.start;
+  spot_start.purchase = Purchase::kSpot;
+  const bool stays =
+      o.fixed_config == s.start.ToString() || o.fixed_config == spot_start.ToString();
+  f.switches = f.finished && !stays ? 1 : 0;
   if (f.finished) f.schedule = {"0.00 h: " + o.fixed_config};
   f.deadline_met = ob.deadline_h <= 0 || (f.finished && f.makespan_h <= ob.deadline_h);
   f.budget_met = ob.budget_usd <= 0 || (f.finished && f.cost <= ob.budget_usd);

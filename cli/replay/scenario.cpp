@@ -1,6 +1,7 @@
 // Scenario files of the replay (cli/replay/replay.h): parsing, measured truth, spot traces.
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <map>
 #include <sstream>
@@ -71,24 +72,24 @@ std::vector<core::Measurement> ReadGavel(const nlohmann::json& g, const std::str
 }
 
 // Catalog rows given as JSON objects: turned into CSV and parsed by the catalog parser.
-std::vector<InstanceType> ParseExtraRows(const nlohmann::json& rows, const std::string& where,
-                                         const Catalog& base) {
-  std::vector<InstanceType> out;
+// Rows given as JSON objects ({"column": value, ...}; "note" ignored), turned into one CSV text per
+// row and handed to `parse` with the row's name ("WHERE[i]") for its messages.
+void ForEachCsvRow(const nlohmann::json& rows, const std::string& where,
+                   const std::function<void(std::istream&, const std::string&)>& parse) {
+  if (!rows.is_array()) throw InputError(where + ": not an array");
   for (size_t i = 0; i < rows.size(); ++i) {
     const auto& r = rows[i];
-    if (!r.is_object()) throw InputError(where + "[" + std::to_string(i) + "]: not an object");
+    const std::string row = where + "[" + std::to_string(i) + "]";
+    if (!r.is_object()) throw InputError(row + ": not an object");
     std::string header, values;
     for (auto& [k, v] : r.items()) {
       if (k == "note") continue;
       header += (header.empty() ? "" : ",") + k;
-      std::string s = v.is_string() ? v.get<std::string>() : v.dump();
-      values += (values.empty() ? "" : ",") + s;
+      values += (values.empty() ? "" : ",") + (v.is_string() ? v.get<std::string>() : v.dump());
     }
     std::istringstream in(header + "\n" + values + "\n");
-    auto t = ParseInstances(in, where + "[" + std::to_string(i) + "]", base.gpus);
-    out.insert(out.end(), t.begin(), t.end());
+    parse(in, row);
   }
-  return out;
 }
 
 double NumberField(const nlohmann::json& j, const char* key, double dflt, const std::string& where,
@@ -187,32 +188,22 @@ Scenario ParseScenarioFields(const nlohmann::json& j, const std::string& name,
   Scenario s;
   s.name = j.value("name", name);
   s.catalog = DefaultCatalog();
-  if (j.contains("gpu_extra")) {  // GPU models the catalog does not know (rows of gpu_specs.csv)
-    const auto& g = j["gpu_extra"];
-    const std::string w = name + ": gpu_extra";
-    if (!g.is_array()) throw InputError(w + ": not an array");
-    for (size_t i = 0; i < g.size(); ++i) {
-      if (!g[i].is_object()) throw InputError(w + "[" + std::to_string(i) + "]: not an object");
-      std::string header, values;
-      for (auto& [k, v] : g[i].items()) {
-        if (k == "note") continue;
-        header += (header.empty() ? "" : ",") + k;
-        values += (values.empty() ? "" : ",") + (v.is_string() ? v.get<std::string>() : v.dump());
-      }
-      std::istringstream in(header + "\n" + values + "\n");
-      for (auto& [model, spec] : ParseGpuSpecs(in, w + "[" + std::to_string(i) + "]"))
-        s.catalog.gpus[model] = spec;
-    }
-  }
-  if (j.contains("catalog_extra")) {
-    if (!j["catalog_extra"].is_array()) throw InputError(name + ": catalog_extra: not an array");
-    for (auto& t : ParseExtraRows(j["catalog_extra"], name + ": catalog_extra", s.catalog)) {
-      int i = s.catalog.Find(t.name);
-      if (i >= 0)
-        s.catalog.types[i] = t;
-      else
-        s.catalog.types.push_back(t);
-    }
+  if (j.contains("gpu_extra"))  // GPU models the catalog does not know (rows of gpu_specs.csv)
+    ForEachCsvRow(j["gpu_extra"], name + ": gpu_extra",
+                  [&](std::istream& in, const std::string& w) {
+                    for (auto& [model, spec] : ParseGpuSpecs(in, w)) s.catalog.gpus[model] = spec;
+                  });
+  if (j.contains("catalog_extra")) {  // instance types added to (or replacing) the catalog's
+    ForEachCsvRow(j["catalog_extra"], name + ": catalog_extra",
+                  [&](std::istream& in, const std::string& w) {
+                    for (auto& t : ParseInstances(in, w, s.catalog.gpus)) {
+                      const int i = s.catalog.Find(t.name);
+                      if (i >= 0)
+                        s.catalog.types[i] = t;
+                      else
+                        s.catalog.types.push_back(t);
+                    }
+                  });
     s.catalog.source += " + " + name + " catalog_extra";
   }
   if (!j.contains("traces") || !j["traces"].is_array() || j["traces"].empty())

@@ -130,6 +130,29 @@ TEST(MixedSearch, ShortCapacityIsFilledWithAnotherType) {
   EXPECT_NEAR(r.best->price_per_hour, price, 1e-9);
 }
 
+// A single-type candidate found elsewhere (the baseline: what the capacity allows, on demand
+// included) is the one to beat when it is better; a worse one changes nothing.
+TEST(MixedSearch, ABetterBaselineIsTheSingleTypeToBeat) {
+  const SearchProblem p = Problem(Goal::kTime);
+  const SearchResult single = Top(p);
+  const Config& want = single.top.front().config;
+  MixedSearchOptions o;
+  for (const auto& t : p.space.types) o.available_nodes[t] = 6;
+  o.available_nodes[want.type] = want.nodes / 4;
+  const MixedSearchResult plain = SearchMixed(p, single, Balanced, o);
+  ASSERT_TRUE(plain.best && plain.best_single && plain.proposed) << plain.reason;
+  Evaluation worse = *plain.best_single;
+  worse.hours *= 2;
+  o.baseline = worse;
+  EXPECT_EQ(SearchMixed(p, single, Balanced, o).best_single->hours, plain.best_single->hours);
+  Evaluation better = *plain.best_single;
+  better.hours = 0.5 * plain.best->hours;
+  o.baseline = better;
+  const MixedSearchResult r = SearchMixed(p, single, Balanced, o);
+  EXPECT_EQ(r.best_single->hours, better.hours);
+  EXPECT_FALSE(r.proposed) << r.reason;
+}
+
 TEST(MixedSearch, NeverProposesAMixedClusterPredictedWorseThanTheBestSingleType) {
   for (Goal g : {Goal::kTime, Goal::kCost}) {
     const SearchProblem p = Problem(g);
