@@ -34,54 +34,52 @@ struct Totals {
 
 // Prints the summary over runs; returns it as JSON.
 nlohmann::json PrintSummary(std::ostream& os, const Totals& t) {
-  const auto& [rel_oracle, saving_fixed, saving_spot, explore_share, misses,
-               oracle_met_cloudtune_missed, rel_by_policy, vs_uniform, vs_hindsight_fixed,
-               time_vs_oracle, uniform_met_cloudtune_missed] = t;
-  os << "summary over " << saving_fixed.size() << " runs (median cost / oracle cost):\n";
-  for (auto& [policy, v] : rel_by_policy)
+  os << "summary over " << t.saving_fixed.size() << " runs (median cost / oracle cost):\n";
+  for (auto& [policy, v] : t.rel_by_policy)
     os << "  " << std::left << std::setw(18) << policy << std::right << std::setprecision(3)
        << Median(v) << "x oracle cost\n";
-  std::vector<double> sorted = rel_oracle;
+  std::vector<double> sorted = t.rel_oracle;
   std::sort(sorted.begin(), sorted.end());
   const double p90 =
       sorted.empty() ? NAN
                      : sorted[std::min(sorted.size() - 1,
                                        static_cast<size_t>(std::ceil(0.9 * sorted.size()) - 1))];
   auto median_or_nan = [](const std::vector<double>& v) { return v.empty() ? NAN : Median(v); };
-  os << "  cloudtune: cost vs oracle " << std::setprecision(4) << median_or_nan(rel_oracle)
-     << "x (p90 " << p90 << "x; " << rel_oracle.size()
+  os << "  cloudtune: cost vs oracle " << std::setprecision(4) << median_or_nan(t.rel_oracle)
+     << "x (p90 " << p90 << "x; " << t.rel_oracle.size()
      << " runs with the cost goal), vs the best fixed configuration in hindsight "
-     << median_or_nan(vs_hindsight_fixed) << "x; saving vs fixed on-demand " << std::setprecision(1)
-     << 100 * Median(saving_fixed) << "%, vs fixed spot " << 100 * Median(saving_spot)
-     << "%, exploration " << std::setprecision(2) << 100 * Median(explore_share)
-     << "% of its cost (max " << 100 * *std::max_element(explore_share.begin(), explore_share.end())
-     << "%)\n";
-  if (!time_vs_oracle.empty())
+     << median_or_nan(t.vs_hindsight_fixed) << "x; saving vs fixed on-demand "
+     << std::setprecision(1) << 100 * Median(t.saving_fixed) << "%, vs fixed spot "
+     << 100 * Median(t.saving_spot) << "%, exploration " << std::setprecision(2)
+     << 100 * Median(t.explore_share) << "% of its cost (max "
+     << 100 * *std::max_element(t.explore_share.begin(), t.explore_share.end()) << "%)\n";
+  if (!t.time_vs_oracle.empty())
     os << "  time goal: cloudtune makespan / oracle makespan " << std::setprecision(3)
-       << Median(time_vs_oracle) << "x (median of " << time_vs_oracle.size() << " runs)\n";
+       << Median(t.time_vs_oracle) << "x (median of " << t.time_vs_oracle.size() << " runs)\n";
   os << "  deadline or budget missed (runs):";
-  for (const auto& [policy, n] : misses) os << " " << policy << " " << n << ";";
-  if (misses.empty()) os << " none";
-  os << " cloudtune missed where the oracle met: " << oracle_met_cloudtune_missed << "\n";
-  if (!vs_uniform.empty() || uniform_met_cloudtune_missed)
+  for (const auto& [policy, n] : t.misses) os << " " << policy << " " << n << ";";
+  if (t.misses.empty()) os << " none";
+  os << " cloudtune missed where the oracle met: " << t.oracle_met_cloudtune_missed << "\n";
+  if (!t.vs_uniform.empty() || t.uniform_met_cloudtune_missed)
     os << "  deadline runs: cloudtune cost / uniform-progress cost " << std::setprecision(3)
-       << (vs_uniform.empty() ? NAN : Median(vs_uniform)) << "x (median of " << vs_uniform.size()
-       << " runs with the same deadline outcome); uniform-progress met "
-       << "where cloudtune missed: " << uniform_met_cloudtune_missed << "\n";
+       << (t.vs_uniform.empty() ? NAN : Median(t.vs_uniform)) << "x (median of "
+       << t.vs_uniform.size() << " runs with the same deadline outcome); uniform-progress met "
+       << "where cloudtune missed: " << t.uniform_met_cloudtune_missed << "\n";
   nlohmann::json miss = nlohmann::json::object();
-  for (const auto& [policy, n] : misses) miss[policy] = n;
-  return {
-      {"cloudtune_cost_vs_oracle_median", median_or_nan(rel_oracle)},
-      {"cloudtune_cost_vs_hindsight_fixed_median", median_or_nan(vs_hindsight_fixed)},
-      {"cloudtune_makespan_vs_oracle_time_goal_median", median_or_nan(time_vs_oracle)},
-      {"cloudtune_cost_vs_oracle_p90", p90},
-      {"cloudtune_saving_vs_fixed_median", Median(saving_fixed)},
-      {"cloudtune_saving_vs_fixed_spot_median", saving_spot.empty() ? NAN : Median(saving_spot)},
-      {"cloudtune_exploration_share_median", Median(explore_share)},
-      {"missed_runs", miss},
-      {"cloudtune_missed_where_oracle_met", oracle_met_cloudtune_missed},
-      {"cloudtune_cost_vs_uniform_progress_median", vs_uniform.empty() ? NAN : Median(vs_uniform)},
-      {"uniform_progress_met_where_cloudtune_missed", uniform_met_cloudtune_missed}};
+  for (const auto& [policy, n] : t.misses) miss[policy] = n;
+  return {{"cloudtune_cost_vs_oracle_median", median_or_nan(t.rel_oracle)},
+          {"cloudtune_cost_vs_hindsight_fixed_median", median_or_nan(t.vs_hindsight_fixed)},
+          {"cloudtune_makespan_vs_oracle_time_goal_median", median_or_nan(t.time_vs_oracle)},
+          {"cloudtune_cost_vs_oracle_p90", p90},
+          {"cloudtune_saving_vs_fixed_median", Median(t.saving_fixed)},
+          {"cloudtune_saving_vs_fixed_spot_median",
+           t.saving_spot.empty() ? NAN : Median(t.saving_spot)},
+          {"cloudtune_exploration_share_median", Median(t.explore_share)},
+          {"missed_runs", miss},
+          {"cloudtune_missed_where_oracle_met", t.oracle_met_cloudtune_missed},
+          {"cloudtune_cost_vs_uniform_progress_median",
+           t.vs_uniform.empty() ? NAN : Median(t.vs_uniform)},
+          {"uniform_progress_met_where_cloudtune_missed", t.uniform_met_cloudtune_missed}};
 }
 
 }  // namespace
@@ -111,9 +109,6 @@ void RegisterReplayCommand(CLI::App& app) {
     jr["schema"] = "cloudtune.replay/1";
     jr["runs"] = nlohmann::json::array();
     Totals t;
-    auto& [rel_oracle, saving_fixed, saving_spot, explore_share, misses,
-           oracle_met_cloudtune_missed, rel_by_policy, vs_uniform, vs_hindsight_fixed,
-           time_vs_oracle, uniform_met_cloudtune_missed] = t;
     Progress progress("replay", static_cast<int>(pa->scenarios.size()));
     int scenario_index = 0;
     for (const auto& path : pa->scenarios) {
@@ -142,12 +137,12 @@ void RegisterReplayCommand(CLI::App& app) {
           if (r.policy == "hindsight-fixed") hindsight_fixed = r.cost;
           if (r.policy == "uniform-progress") up = r.cost, up_met = r.deadline_met;
         }
-        if (up > 0 && up_met == cloudtune_met) vs_uniform.push_back(cloudtune / up);
+        if (up > 0 && up_met == cloudtune_met) t.vs_uniform.push_back(cloudtune / up);
         const bool time_goal = s.objective.goal == core::Goal::kTime;
-        if (time_goal && oracle_h > 0) time_vs_oracle.push_back(cloudtune_h / oracle_h);
+        if (time_goal && oracle_h > 0) t.time_vs_oracle.push_back(cloudtune_h / oracle_h);
         if (!time_goal && hindsight_fixed > 0)
-          vs_hindsight_fixed.push_back(cloudtune / hindsight_fixed);
-        if (up > 0 && up_met && !cloudtune_met) ++uniform_met_cloudtune_missed;
+          t.vs_hindsight_fixed.push_back(cloudtune / hindsight_fixed);
+        if (up > 0 && up_met && !cloudtune_met) ++t.uniform_met_cloudtune_missed;
         os << "scenario " << s.name << "  seed " << seed << "  (target ";
         if (s.measured)
           os << "metric " << s.target_metric << " = " << s.target_progress << " B0-steps, measured";
@@ -169,7 +164,7 @@ void RegisterReplayCommand(CLI::App& app) {
             {"scenario", s.name}, {"seed", seed}, {"policies", nlohmann::json::array()}};
         for (auto& r : res) {
           const double rel = oracle > 0 ? r.cost / oracle : NAN;
-          rel_by_policy[r.policy].push_back(rel);
+          t.rel_by_policy[r.policy].push_back(rel);
           os << std::left << std::setw(18) << r.policy << std::right << std::fixed
              << std::setprecision(2) << std::setw(12) << r.cost << std::setw(12) << r.makespan_h
              << std::setw(10) << r.switches << std::setw(8) << r.revocations << std::setw(8)
@@ -179,7 +174,7 @@ void RegisterReplayCommand(CLI::App& app) {
                      ? (r.deadline_met && r.budget_met ? "met" : "MISSED")
                      : "-")
              << (r.finished ? "" : "  (did not finish)") << "\n";
-          if (!(r.deadline_met && r.budget_met)) ++misses[r.policy];
+          if (!(r.deadline_met && r.budget_met)) ++t.misses[r.policy];
           nlohmann::json pj = {{"policy", r.policy},
                                {"cost_usd", r.cost},
                                {"makespan_h", r.makespan_h},
@@ -196,11 +191,11 @@ void RegisterReplayCommand(CLI::App& app) {
           if (!r.schedule.empty()) pj["schedule"] = r.schedule;
           run["policies"].push_back(pj);
           if (r.policy == "cloudtune") {
-            if (s.objective.goal != core::Goal::kTime) rel_oracle.push_back(rel);
-            saving_fixed.push_back(1 - r.cost / fixed);
-            if (fixed_spot > 0) saving_spot.push_back(1 - r.cost / fixed_spot);
-            explore_share.push_back(r.exploration_cost / r.cost);
-            if (oracle_met && !(r.deadline_met && r.budget_met)) ++oracle_met_cloudtune_missed;
+            if (s.objective.goal != core::Goal::kTime) t.rel_oracle.push_back(rel);
+            t.saving_fixed.push_back(1 - r.cost / fixed);
+            if (fixed_spot > 0) t.saving_spot.push_back(1 - r.cost / fixed_spot);
+            t.explore_share.push_back(r.exploration_cost / r.cost);
+            if (oracle_met && !(r.deadline_met && r.budget_met)) ++t.oracle_met_cloudtune_missed;
           }
         }
         jr["runs"].push_back(run);
