@@ -13,7 +13,13 @@
 namespace cloudtune::replay {
 namespace csv = core::csv;
 
-MeasuredSteps MeasuredSteps::Load(const std::map<int, std::string>& runs) {
+MeasuredSteps::Carry MeasuredSteps::ParseCarry(const std::string& text, const std::string& where) {
+  if (text == "metric") return Carry::kMetric;
+  if (text == "progress") return Carry::kProgress;
+  throw InputError(where + ": '" + text + "' (expected metric or progress)");
+}
+
+MeasuredSteps MeasuredSteps::Load(const std::map<int, std::string>& runs, Carry carry) {
   std::map<int, std::string> texts;
   for (const auto& [b, path] : runs) {
     std::ifstream in(path);
@@ -23,17 +29,20 @@ MeasuredSteps MeasuredSteps::Load(const std::map<int, std::string>& runs) {
     texts[b] = s.str();
   }
   MeasuredSteps m;
+  m.carry_ = carry;
   for (const auto& [b, text] : texts) {
-    MeasuredSteps one = Parse({{b, text}}, runs.at(b));
+    MeasuredSteps one = Parse({{b, text}}, runs.at(b), carry);
     m.runs_[b] = one.runs_.at(b);
   }
   if (m.runs_.empty()) throw InputError("measured steps: no validation runs");
   return m;
 }
 
-MeasuredSteps MeasuredSteps::Parse(const std::map<int, std::string>& texts,
-                                   const std::string& name) {
+MeasuredSteps MeasuredSteps::Parse(const std::map<int, std::string>& texts, const std::string& name,
+                                   Carry carry) {
   MeasuredSteps m;
+  m.carry_ = carry;
+  const char* column = carry == Carry::kMetric ? "metric" : "progress";
   for (const auto& [batch, text] : texts) {
     if (batch < 1) throw InputError(name + ": batch " + std::to_string(batch) + " must be >= 1");
     std::istringstream in(text);
@@ -43,10 +52,10 @@ MeasuredSteps MeasuredSteps::Parse(const std::map<int, std::string>& texts,
     int ci = -1, cm = -1;
     for (size_t i = 0; i < header.size(); ++i) {
       if (header[i] == "iteration") ci = static_cast<int>(i);
-      if (header[i] == "metric") cm = static_cast<int>(i);
+      if (header[i] == column) cm = static_cast<int>(i);
     }
     if (ci < 0) csv::Fail(name, 1, 0, "missing column 'iteration'");
-    if (cm < 0) csv::Fail(name, 1, 0, "missing column 'metric'");
+    if (cm < 0) csv::Fail(name, 1, 0, std::string("missing column '") + column + "'");
     Run r;
     double last_it = 0;
     int ln = 1;
@@ -59,7 +68,7 @@ MeasuredSteps MeasuredSteps::Parse(const std::map<int, std::string>& texts,
                   "expected " + std::to_string(header.size()) + " fields, found " +
                       std::to_string(f.size()));
       const double it = csv::Number(f[ci], name, ln, ci + 1, "iteration");
-      const double metric = csv::Number(f[cm], name, ln, cm + 1, "metric", true);
+      const double metric = csv::Number(f[cm], name, ln, cm + 1, column, true);
       if (it < last_it)
         csv::Fail(name, ln, ci + 1, "iteration: " + f[ci] + " is less than the previous row's");
       last_it = it;
@@ -91,6 +100,7 @@ double MeasuredSteps::CommonTarget() const {
 }
 
 double MeasuredSteps::StartMetric() const {
+  if (carry_ == Carry::kProgress) return 0;
   double s = runs_.begin()->second.best.front();
   for (const auto& [b, r] : runs_) s = std::min(s, r.best.front());
   return s;

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <iomanip>
 #include <limits>
 #include <map>
 #include <random>
@@ -30,8 +31,16 @@ struct Observation {
 };
 
 struct Decision {
+  Decision() = default;
+  Decision(const Config& c, bool m) : config(c), measure(m) {}
   Config config;
   bool measure = false;
+  // How long a measuring window lasts: `measure_steps` steps of the configuration (at its true
+  // step time) plus `measure_extra_s` seconds, i.e. the job's own cadence; 0 steps = the
+  // scenario's measure_s.
+  int measure_steps = 0;
+  double measure_extra_s = 0;
+  std::string why;  // what decided (shown in the schedule)
 };
 
 class Simulator {
@@ -71,9 +80,10 @@ class Simulator {
     // the first window runs the start configuration; it is not counted as exploration.
     Decision d = policy(*this, s_.start, true);
     cur_ = d.config;
+    Record(d, &r);
     bool measuring = d.measure, first = true;
     while (progress_ < s_.target_progress && t_h_ < kLimitHours) {
-      const double window = measuring ? s_.measure_s : s_.decision_interval_s;
+      const double window = !measuring ? s_.decision_interval_s : MeasureWindow(d);
       const double c0 = cost_;
       RunWindow(cur_, window, &r);
       if (measuring && !first) {
@@ -90,6 +100,7 @@ class Simulator {
         const double sw =
             next.config.SameHardware(cur_) ? s_.cost.batch_switch_s : s_.cost.switch_s;
         const double c1 = cost_;
+        Record(next, &r);  // when it was decided (the switch takes sw seconds from here)
         Advance(sw / 3600.0, HourlyPrice(t, next.config.nodes, next.config.purchase));
         if (next.measure) {
           r.exploration_cost += cost_ - c1;
@@ -104,6 +115,7 @@ class Simulator {
         running_ = waiting_ = false;
       }
       measuring = next.measure;
+      d = next;
     }
     r.cost = cost_;
     r.makespan_h = t_h_;
@@ -137,11 +149,17 @@ class Simulator {
     for (const auto& [type, trace] : s_.spot) job.spot_nodes_available[type] = SpotAvailable(type);
     return job;
   }
-  // Runs a policy that sees only the job's view (it starts by measuring the start configuration).
-  PolicyResult RunBlind(const std::string& name,
+  // Runs a policy that sees only the job's view. It starts by measuring the start configuration
+  // for `first.measure_steps` steps plus `first.measure_extra_s` seconds (its own cadence).
+  PolicyResult RunBlind(const std::string& name, const Decision& first,
                         const std::function<Decision(const JobView&)>& policy) {
-    return Run(name, [&policy](Simulator& sim, const Config& cur, bool first) -> Decision {
-      if (first) return {sim.s_.start, true};
+    return Run(name, [&](Simulator& sim, const Config& cur, bool is_first) -> Decision {
+      if (is_first) {
+        Decision d = first;
+        d.config = sim.s_.start;
+        d.measure = true;
+        return d;
+      }
       return policy(sim.View(cur));
     });
   }
@@ -159,6 +177,20 @@ class Simulator {
   }
 
  private:
+  // "HOURS h: CONFIG" at each change ("(measuring)" when the window measures it).
+  void Record(const Decision& d, PolicyResult* r) const {
+    std::ostringstream line;
+    line << std::fixed << std::setprecision(2) << t_h_ << " h: " << d.config.ToString()
+         << (d.measure ? " (measuring)" : "") << (d.why.empty() ? "" : ": " + d.why);
+    r->schedule.push_back(line.str());
+  }
+
+  double MeasureWindow(const Decision& d) const {
+    if (d.measure_steps <= 0) return s_.measure_s;
+    const core::Measurement* m = Truth(cur_);
+    return d.measure_steps * (m ? m->step_time : 0.0) + d.measure_extra_s;
+  }
+
   void Advance(double hours, double price) {
     t_h_ += hours;
     cost_ += hours * price;
@@ -397,10 +429,26 @@ namespace {
 using Runner = std::function<void(const std::string&,
                                   const std::function<Decision(Simulator&, const Config&, bool)>&)>;
 
-// The cloudtune policy: the job's runtime deciding on what the job has seen, nothing else.
-Decision CloudtunePolicy(const runtime::Runtime& tuner, const JobView& job) {
+// When the live runtime has its first recommendation for a configuration: after the warm-up and
+// one measurement record's steps, at the next background refit (at most refit_seconds later).
+Decision CloudtuneCadence(const runtime::Options& o) {
+  Decision d;
+  d.measure = true;
+  d.measure_steps = o.warmup_steps + o.measure_every;
+  d.measure_extra_s = o.refit_seconds;
+  return d;
+}
+
+// The cloudtune policy: the job's runtime deciding on what the job has seen, nothing else. A
+// configuration it measures is measured for as long as the live runtime needs to judge it.
+Decision CloudtunePolicy(const runtime::Runtime& tuner, const Decision& cadence,
+                         const JobView& job) {
   const search::Recommendation r = CloudtuneDecide(tuner, job);
-  return {r.proposed.config, r.action == Recommendation::Action::kMeasure};
+  Decision d = cadence;
+  d.config = r.proposed.config;
+  d.measure = r.action == Recommendation::Action::kMeasure;
+  d.why = r.reason;
+  return d;
 }
 
 // Baselines that keep the start configuration: on spot, managed spot, Uniform Progress.
@@ -571,11 +619,14 @@ std::vector<PolicyResult> RunReplay(const Scenario& s, uint64_t seed, const Orac
   };
   // cloudtune: the runtime a live job runs, fed only the job's view (JobView); it starts by
   // measuring the start configuration.
-  auto tuner = std::make_shared<runtime::Runtime>(CloudtuneSetup(s));
+  const runtime::RuntimeSetup setup = CloudtuneSetup(s);
+  auto tuner = std::make_shared<runtime::Runtime>(setup);
   {
     Simulator sim(s, seed, "cloudtune");
-    out.push_back(sim.RunBlind(
-        "cloudtune", [tuner](const JobView& job) { return CloudtunePolicy(*tuner, job); }));
+    const Decision cadence = CloudtuneCadence(setup.options);
+    out.push_back(sim.RunBlind("cloudtune", cadence, [tuner, cadence](const JobView& job) {
+      return CloudtunePolicy(*tuner, cadence, job);
+    }));
   }
   run("fixed-on-demand", [&](Simulator&, const Config&, bool) -> Decision {
     return {s.start, false};

@@ -29,30 +29,33 @@
 //   "measure_s": 300,                // an exploratory measurement window
 //   "cost": {"restart_s": 120, "checkpoint_s": 30, "anchor_checkpoint_s": 5, "switch_s": 180},
 //   "validation": {"128": "validation-128.csv", "256": "...", ...},  // optional measured truth
-//   "target_metric": 0.94,           // optional with "validation": default the highest metric
-//                                    // every run reaches
+//   "carry": "metric",               // optional with "validation": metric | progress, the
+//                                    // measured value carried across batch changes
+//   "target_metric": 0.94,           // optional with "validation": the carried value to reach;
+//                                    // default the highest value every run reaches
 //   "spot": {"reading": "count",     // optional real spot capacity: count | zero-is-up
 //            "offset_h": 24,         // seed k starts k x offset_h into the traces
 //            "traces": {"p3.2xlarge": "availability.json", ...}}
 // }
 // Measured truth ("validation"): the steps a configuration takes come from the runs measured at
-// each batch (MeasuredSteps: the best validation metric reached is the state carried across batch
-// changes; batches between measured ones interpolated in log B; configurations whose global batch
-// lies outside the measured batches are not offered). Progress, as the policies see it, is
-// counted in steps of the smallest measured batch to the metric reached; the target is the
-// metric. Without it, progress follows the plain theory's gain from the noise trace (a model).
-// Spot capacity ("spot"): a type with a trace can only get the spot nodes the trace says are
-// available; a running spot cluster is revoked when the capacity drops below what it holds (roll
-// back to the last checkpoint, restart_s), and waits, paying only its on-demand anchor, until the
-// capacity is back. Types without a trace keep the catalog's revocation rate.
-// Revocations: a spot/anchor cluster is revoked when its cumulative hazard (catalog rate × nodes ×
-// training time) crosses the next Exp(1) threshold; the thresholds depend on the seed only, so all
-// policies face the same revocation luck (common random numbers). A revocation rolls back to the
-// last checkpoint (every Young/Daly interval of the running configuration, carried across decision
-// windows; a switch checkpoints) and costs restart_s. Measurement noise is drawn per policy.
-// Gavel's throughputs are read as aggregate worker-steps/s at per-GPU batch b: the optimizer step
-// time of R replicas is R / steps_per_s (no sync split: sync_time 0). Only configurations with an
-// even placement (replicas = nodes × GPUs per node) are candidates.
+// each batch (MeasuredSteps: the best validation metric reached, or with "carry": "progress" the
+// runs' own progress column, is the state carried across batch changes; batches between measured
+// ones interpolated in log B; configurations whose global batch lies outside the measured batches
+// are not offered). Progress, as the policies see it, is counted in steps of the smallest
+// measured batch to the value reached; the target is that value. Without it, progress follows the
+// plain theory's gain from the noise trace (a model). Spot capacity ("spot"): a type with a trace
+// can only get the spot nodes the trace says are available; a running spot cluster is revoked when
+// the capacity drops below what it holds (roll back to the last checkpoint, restart_s), and waits,
+// paying only its on-demand anchor, until the capacity is back. Types without a trace keep the
+// catalog's revocation rate. Revocations: a spot/anchor cluster is revoked when its cumulative
+// hazard (catalog rate × nodes × training time) crosses the next Exp(1) threshold; the thresholds
+// depend on the seed only, so all policies face the same revocation luck (common random numbers). A
+// revocation rolls back to the last checkpoint (every Young/Daly interval of the running
+// configuration, carried across decision windows; a switch checkpoints) and costs restart_s.
+// Measurement noise is drawn per policy. Gavel's throughputs are read as aggregate worker-steps/s
+// at per-GPU batch b: the optimizer step time of R replicas is R / steps_per_s (no sync split:
+// sync_time 0). Only configurations with an even placement (replicas = nodes × GPUs per node) are
+// candidates.
 #pragma once
 
 #include <cstdint>
@@ -104,7 +107,9 @@ struct Scenario {
 };
 
 // Throws cloudtune::InputError "FILE: FIELD: what" on a malformed scenario or trace.
-Scenario LoadScenario(const std::string& path);
+// `carry` ("metric" or "progress"; "" = the file's) overrides the scenario's "carry" where it
+// has measured runs.
+Scenario LoadScenario(const std::string& path, const std::string& carry = "");
 Scenario ParseScenario(const nlohmann::json& j, const std::string& name,
                        const std::string& base_dir);
 
@@ -118,9 +123,10 @@ struct PolicyResult {
   int measurements = 0;
   bool finished = true;                         // reached the target before the simulation limit
   bool deadline_met = true, budget_met = true;  // over the whole run (true when there is none)
-  double waited_h = 0;                // hours without the spot capacity its configuration needs
-  double cost_lower = 0;              // the oracle only: no schedule of its model costs less (USD)
-  std::vector<std::string> schedule;  // the oracle only, when its options record it
+  double waited_h = 0;    // hours without the spot capacity its configuration needs
+  double cost_lower = 0;  // the oracle only: no schedule of its model costs less (USD)
+  // "HOURS h: CONFIG" at each change of configuration (the oracle only when its options record it)
+  std::vector<std::string> schedule;
   std::vector<core::ConfigKey> configs_run;  // the configurations it ran (simulated policies)
 };
 

@@ -91,7 +91,9 @@ void RegisterReplayCommand(CLI::App& app) {
     std::vector<std::string> scenarios;
     std::vector<uint64_t> seeds;
     std::string format = "table", out;
-    bool oracle_schedule = false;
+    bool oracle_schedule = false, schedules = false;
+    std::string carry;
+    int oracle_levels = replay::OracleOptions{}.levels;
   };
   auto pa = std::make_shared<RepArgs>();
   rep->add_option("scenario", pa->scenarios, "Scenario JSON file(s)")->required();
@@ -101,6 +103,16 @@ void RegisterReplayCommand(CLI::App& app) {
   rep->add_flag("--oracle-schedule", pa->oracle_schedule,
                 "Print the hindsight oracle's schedule (memory: windows x configurations x levels "
                 "x 4 bytes)");
+  rep->add_option("--carry", pa->carry,
+                  "Override the scenarios' measured state carried across batch changes: metric "
+                  "(best validation metric) or progress (the runs' progress column)");
+  rep->add_option("--oracle-levels", pa->oracle_levels,
+                  "Progress levels of the hindsight oracle (finer: a smaller discretisation gap, "
+                  "time and memory in proportion)")
+      ->check(CLI::Range(2, 100000));
+  rep->add_flag("--schedules", pa->schedules,
+                "Print every policy's schedule (its configurations and when it changed them; "
+                "implies --oracle-schedule)");
   rep->callback([pa]() {
     if (pa->format != "json" && pa->format != "table")
       throw InputError("--format: '" + pa->format + "' (expected table or json)");
@@ -114,10 +126,11 @@ void RegisterReplayCommand(CLI::App& app) {
     for (const auto& path : pa->scenarios) {
       ++scenario_index;
       progress.Step(scenario_index, "loading " + path);
-      replay::Scenario s = replay::LoadScenario(path);
+      replay::Scenario s = replay::LoadScenario(path, pa->carry);
       const auto seeds = pa->seeds.empty() ? s.seeds : pa->seeds;
       replay::OracleOptions oo;
-      oo.schedule = pa->oracle_schedule;
+      oo.schedule = pa->oracle_schedule || pa->schedules;
+      oo.levels = pa->oracle_levels;
       const replay::Oracle hindsight(s, oo);  // its tables serve every seed
       for (uint64_t seed : seeds) {
         progress.Step(scenario_index, s.name + " seed " + std::to_string(seed));
@@ -205,7 +218,7 @@ void RegisterReplayCommand(CLI::App& app) {
              << " (discretisation " << std::setprecision(1)
              << 100 * (oracle / std::max(1e-12, oracle_lower) - 1) << "%)\n";
         for (auto& r : res)
-          if (r.policy == "oracle" || r.policy == "hindsight-fixed")
+          if (pa->schedules || r.policy == "oracle" || r.policy == "hindsight-fixed")
             for (const auto& line : r.schedule) os << "  " << r.policy << " from " << line << "\n";
         os << "\n";
       }

@@ -124,7 +124,11 @@ void ParseMeasuredTruth(const nlohmann::json& j, const std::string& name,
                        "\": expected a batch size (>= 1) naming a validation CSV path");
     runs[b] = JoinPath(base_dir, it.value().get<std::string>());
   }
-  s.measured = std::make_shared<MeasuredSteps>(MeasuredSteps::Load(runs));
+  const MeasuredSteps::Carry carry =
+      j.contains("carry")
+          ? MeasuredSteps::ParseCarry(j["carry"].get<std::string>(), name + ": carry")
+          : MeasuredSteps::Carry::kMetric;
+  s.measured = std::make_shared<MeasuredSteps>(MeasuredSteps::Load(runs, carry));
   for (const auto& [b, path] : runs) {  // what a job running at each batch measures
     auto obs = estimator::ReadValidationTrace(path, b);
     std::sort(obs.begin(), obs.end(),
@@ -294,7 +298,11 @@ Scenario ParseScenarioFields(const nlohmann::json& j, const std::string& name,
         NumberField(c, "anchor_checkpoint_s", s.cost.anchor_checkpoint_s, w, true);
     s.cost.switch_s = NumberField(c, "switch_s", s.cost.switch_s, w, false);
   }
-  if (j.contains("validation")) ParseMeasuredTruth(j, name, base_dir, &s);
+  if (j.contains("validation"))
+    ParseMeasuredTruth(j, name, base_dir, &s);
+  else if (j.contains("carry") || j.contains("target_metric"))
+    throw InputError(name + ": " + (j.contains("carry") ? "carry" : "target_metric") +
+                     ": needs \"validation\" (the measured runs)");
   if (j.contains("spot")) ParseSpot(j["spot"], name + ": spot", base_dir, &s);
   return s;
 }
@@ -346,8 +354,16 @@ Scenario ParseScenario(const nlohmann::json& j, const std::string& name,
   }
 }
 
-Scenario LoadScenario(const std::string& path) {
-  const nlohmann::json j = core::ReadJsonFile(path);
+Scenario LoadScenario(const std::string& path, const std::string& carry) {
+  nlohmann::json j = core::ReadJsonFile(path);
+  if (!carry.empty() && j.is_object() && j.contains("validation")) {
+    MeasuredSteps::ParseCarry(carry, "--carry");
+    const std::string own = j.value("carry", std::string("metric"));
+    if (j.contains("target_metric") && own != carry)
+      throw InputError(path + ": target_metric is a " + own +
+                       " value; it cannot be read with carry " + carry);
+    j["carry"] = carry;
+  }
   const size_t slash = path.find_last_of('/');
   return ParseScenario(j, path, slash == std::string::npos ? "." : path.substr(0, slash));
 }

@@ -48,6 +48,36 @@ TEST(MeasuredSteps, IterationsToAMetricAtMeasuredAndInterpolatedBatches) {
   }
 }
 
+// The progress reading: the runs' own progress column is the state, so a batch change keeps the
+// job at the same point of its schedule (the metric's dip and rise do not matter).
+TEST(MeasuredSteps, ProgressCarry) {
+  const MeasuredSteps m = MeasuredSteps::Parse(kRuns, "v", MeasuredSteps::Carry::kProgress);
+  EXPECT_EQ(m.carry(), MeasuredSteps::Carry::kProgress);
+  EXPECT_DOUBLE_EQ(m.StartMetric(), 0);   // progress starts at 0 (iteration 0)
+  EXPECT_DOUBLE_EQ(m.CommonTarget(), 3);  // the run at 400 ends at progress 3
+  EXPECT_DOUBLE_EQ(m.StepsBetween(100, 0, 3), 400);
+  EXPECT_DOUBLE_EQ(m.StepsBetween(400, 0, 3), 100);
+  EXPECT_DOUBLE_EQ(m.StepsBetween(400, 1, 2), 20);  // the metric's dip row is progress 2 at 60
+  // 100 steps at batch 100 reach progress 1; the rest at 400 follows its run from progress 1.
+  const double reached = m.MetricAfter(100, 0, 100);
+  EXPECT_NEAR(reached, 1, 1e-9);
+  EXPECT_NEAR(m.StepsBetween(400, reached, 3), 60, 1e-9);
+  EXPECT_EQ(MeasuredSteps::ParseCarry("progress", "x"), MeasuredSteps::Carry::kProgress);
+  try {
+    MeasuredSteps::ParseCarry("epochs", "s.json: carry");
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_STREQ(e.what(), "s.json: carry: 'epochs' (expected metric or progress)");
+  }
+  try {
+    MeasuredSteps::Parse({{64, "iteration,metric\n5,0.1\n"}}, "v.csv",
+                         MeasuredSteps::Carry::kProgress);
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_STREQ(e.what(), "v.csv:1: missing column 'progress'");
+  }
+}
+
 TEST(MeasuredSteps, BadTracesAreNamed) {
   auto message = [](const std::string& text) {
     try {

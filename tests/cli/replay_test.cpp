@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "estimator/core/error.h"
+#include "plugin/runtime/options.h"
 #include "search/cost.h"
 #include "tests/shared_data.h"
 
@@ -158,6 +159,52 @@ TEST(Replay, MeasuredTruthFromTheValidationRunsAtEachBatch) {
   EXPECT_NE(ErrorOf(j).find("target_metric: 2.000000 is beyond what every measured run reaches"),
             std::string::npos)
       << ErrorOf(j);
+}
+
+// The state carried across batch changes is a scenario option (and a command-line override);
+// with the progress column the target is the end of the shortest run.
+TEST(Replay, CarryTheProgressColumn) {
+  CLOUDTUNE_NEEDS_SHARED_DATA();
+  Scenario metric = LoadScenario(kScenarios + "/pollux-cifar10-measured.json", "metric");
+  Scenario progress = LoadScenario(kScenarios + "/pollux-cifar10-measured.json", "progress");
+  EXPECT_EQ(metric.measured->carry(), MeasuredSteps::Carry::kMetric);
+  ASSERT_EQ(progress.measured->carry(), MeasuredSteps::Carry::kProgress);
+  EXPECT_GT(progress.target_metric, 1000);  // progress units (B0-steps), not an accuracy
+  EXPECT_LT(metric.target_metric, 1);
+  // Progress as the policies see it: steps of the smallest batch; its run's progress is its
+  // iteration count, so the target is (about) the run's length.
+  EXPECT_NEAR(progress.target_progress, progress.target_metric, 0.01 * progress.target_metric);
+  for (const auto& r : RunReplay(progress, 1)) EXPECT_TRUE(r.finished) << r.policy;
+  nlohmann::json j = Base();
+  j["carry"] = "progress";
+  EXPECT_EQ(ErrorOf(j), "s.json: carry: needs \"validation\" (the measured runs)");
+  std::ifstream f(kScenarios + "/pollux-cifar10-measured.json");
+  f >> j;
+  j["carry"] = "epochs";
+  EXPECT_EQ(ErrorOf(j), "s.json: carry: 'epochs' (expected metric or progress)");
+}
+
+// The cloudtune policy measures a configuration for as long as the live runtime needs to judge it
+// (warm-up and one measurement record's steps, then the next refit), not a fixed window.
+TEST(Replay, CloudtuneDecidesAtTheLiveRuntimesCadence) {
+  CLOUDTUNE_NEEDS_SHARED_DATA();
+  const Scenario s = LoadScenario(kScenarios + "/pollux-cifar10-measured.json");
+  double step_time = 0;
+  for (size_t i = 0; i < s.candidates.size(); ++i)
+    if (s.candidates[i] == s.start) step_time = s.traces[i].step_time;
+  const runtime::Options live;
+  const double first_h =
+      ((live.warmup_steps + live.measure_every) * step_time + live.refit_seconds) / 3600;
+  ASSERT_LT(first_h, s.measure_s / 3600 / 2);
+  const auto res = RunReplay(s, 1);
+  const PolicyResult& ct = Find(res, "cloudtune");
+  ASSERT_GE(ct.schedule.size(), 2u);
+  EXPECT_EQ(ct.schedule[0].rfind("0.00 h: " + s.start.ToString() + " (measuring)", 0), 0u)
+      << ct.schedule[0];
+  // The first change comes after that window (the schedule prints hours to 2 decimals).
+  EXPECT_NEAR(std::stod(ct.schedule[1]), first_h, 0.006) << ct.schedule[1];
+  // Every policy's schedule is recorded; the fixed one never changes.
+  EXPECT_EQ(Find(res, "fixed-on-demand").schedule.size(), 1u);
 }
 
 TEST(Replay, CloudtuneBeatsFixedOnDemand) {
