@@ -82,7 +82,6 @@ bool RecommendOptions::IsValid(std::string* error) const {
   if (!(spent >= 0) || !std::isfinite(spent) || !(exploration_spent >= 0) ||
       !(exploration_spent <= spent))
     return fail("spent and exploration_spent must be >= 0 with exploration_spent <= spent");
-  if (!(lcb_kappa >= 0)) return fail("lcb_kappa must be >= 0");
   if (!(measured_sigma >= 0) || !(steps_sigma_floor >= 0))
     return fail("measured_sigma and steps_sigma_floor must be >= 0");
   if (mixed_max_types != 0 && (mixed_max_types < 2 || mixed_max_types > 3))
@@ -102,11 +101,14 @@ const char* ActionName(Recommendation::Action a) {
   return "?";
 }
 
-double ExpectedImprovement(double incumbent, double median, double sigma) {
-  if (!(median > 0) || !std::isfinite(median) || !(incumbent > 0)) return 0;
-  if (sigma <= 1e-12) return std::max(0.0, incumbent - median);
-  const double d = std::log(incumbent / median) / sigma;
-  return incumbent * NormCdf(d) - median * std::exp(0.5 * sigma * sigma) * NormCdf(d - sigma);
+double ExpectedImprovement(double incumbent, double median, double sigma, double max_factor) {
+  if (!(median > 0) || !std::isfinite(median) || !(incumbent > 0) || !(max_factor > 0)) return 0;
+  // E[(a − bX) 1{X <= u}] with u = min(a / b, max_factor): the improvement is positive below a / b.
+  const double u = std::min(incumbent / median, max_factor);
+  if (sigma <= 1e-12) return u >= 1 ? std::max(0.0, incumbent - median) : 0.0;
+  const double d = std::log(u) / sigma;
+  return std::max(
+      0.0, incumbent * NormCdf(d) - median * std::exp(0.5 * sigma * sigma) * NormCdf(d - sigma));
 }
 
 namespace {
@@ -217,8 +219,15 @@ Recommendation Decide(const SearchProblem& problem, const RecommendOptions& opti
     const Evaluation* pick = nullptr;
     double pick_ei = 0, pick_cost = 0, pick_sigma = 0;
     for (const Evaluation& e : sr.top) {
-      if (!e.feasible || measured(e.config) || e.config == chosen.config) continue;
+      if (measured(e.config) || e.config == chosen.config) continue;
       const double v = e.Objective(goal);
+      // A candidate predicted to miss the deadline or budget may meet them at a shorter step time
+      // than predicted; the expected improvement counts only the outcomes that meet them.
+      double miss = 0;
+      if (problem.objective.deadline_h > 0) miss = e.hours / problem.objective.deadline_h;
+      if (problem.objective.budget_usd > 0)
+        miss = std::max(miss, e.cost / problem.objective.budget_usd);
+      const double max_factor = miss > 0 ? 1 / miss : std::numeric_limits<double>::infinity();
       // A measurement reveals the step time only: the uncertainty of the steps to the target (the
       // statistical efficiency at that batch) stays, so the expected improvement uses the step
       // time's share of the uncertainty. (Evaluate adds the two in quadrature.)
@@ -226,7 +235,7 @@ Recommendation Decide(const SearchProblem& problem, const RecommendOptions& opti
           p.predictor.steps(static_cast<double>(e.config.global_batch())).log_sigma;
       const double step_sigma =
           std::sqrt(std::max(0.0, e.log_sigma * e.log_sigma - steps_sigma * steps_sigma));
-      const double ei = ExpectedImprovement(incumbent, v, step_sigma);
+      const double ei = ExpectedImprovement(incumbent, v, step_sigma, max_factor);
       if (ei <= 0) continue;
       // Going there and, if it disappoints, coming back; the measurement window itself still
       // trains, so only its inefficiency relative to the incumbent counts.

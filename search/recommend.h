@@ -10,6 +10,7 @@
 #pragma once
 
 #include <functional>
+#include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -41,10 +42,11 @@ struct RecommendOptions {
   // objective units. 0.04 leaves a margin below the 5% exploration-overhead target for the error
   // of the predicted remaining cost; 1 = no cap.
   double exploration_budget_share = 0.04;
-  double spent = 0;                // objective units (USD or hours) the job has spent so far
-  double exploration_spent = 0;    // of which on measurements (windows and switches into them)
-  int explore_candidates = 48;     // best candidates by lower confidence bound considered
-  double lcb_kappa = 2.0;          // LCB = objective × exp(−κ·σ)
+  double spent = 0;              // objective units (USD or hours) the job has spent so far
+  double exploration_spent = 0;  // of which on measurements (windows and switches into them)
+  // Candidates considered for a measurement: the best this many by predicted objective (those
+  // predicted to meet the deadline and budget first, then those that miss them least).
+  int explore_candidates = 48;
   double measured_sigma = 0.03;    // log uncertainty of a measured configuration's step time
   double steps_sigma_floor = 0.0;  // added in quadrature to the steps prediction
   // Mixed clusters (search/mixed.h): when the spot capacity the job knows of
@@ -127,8 +129,13 @@ class ProfilePredictor {
 Recommendation Decide(const SearchProblem& problem, const RecommendOptions& options,
                       const std::function<bool(const Config&)>& measured);
 
-// Expected improvement E[max(0, incumbent − V)] of a log-normal V with median `median` and log
-// standard deviation `sigma` (closed form).
-double ExpectedImprovement(double incumbent, double median, double sigma);
+// Expected improvement E[max(0, incumbent − V) · 1{X <= max_factor}] of a log-normal
+// V = median · X, log X ~ N(0, sigma²) (closed form). `max_factor` is the largest X at which the
+// candidate still meets its deadline and budget (both scale with its step time as V does: 1 / the
+// predicted miss ratio; infinity = no constraint): a measurement that shows it misses them
+// improves nothing (constrained expected improvement, with the constraint and the objective
+// moved by the same unknown step time).
+double ExpectedImprovement(double incumbent, double median, double sigma,
+                           double max_factor = std::numeric_limits<double>::infinity());
 
 }  // namespace cloudtune::search

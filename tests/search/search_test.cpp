@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <random>
 #include <sstream>
 
 #include "search/recommend.h"
@@ -323,6 +324,24 @@ TEST(Decide, ExpectedImprovementClosedForm) {
   // Monte-Carlo-free check: symmetric case median = incumbent, EI grows with sigma.
   EXPECT_GT(ExpectedImprovement(10, 10, 0.5), ExpectedImprovement(10, 10, 0.1));
   EXPECT_NEAR(ExpectedImprovement(10, 10, 1e-3), 10 * 1e-3 / std::sqrt(2 * M_PI), 1e-4);
+  // With a constraint: only the outcomes X <= max_factor count. Against a Monte-Carlo estimate
+  // of E[(10 − 12X) 1{X <= 0.8}] (a candidate predicted to cost more and to miss its budget by
+  // 25 %), and the limits: no constraint = plain EI; max_factor above 10/12 changes nothing.
+  std::mt19937_64 rng(7);
+  std::normal_distribution<double> z(0.0, 0.4);
+  double mc = 0;
+  const int n = 400000;
+  for (int i = 0; i < n; ++i) {
+    const double x = std::exp(z(rng));
+    if (x <= 0.8) mc += std::max(0.0, 10 - 12 * x);
+  }
+  mc /= n;
+  EXPECT_NEAR(ExpectedImprovement(10, 12, 0.4, 0.8), mc, 0.01 * mc + 1e-3);
+  EXPECT_GT(ExpectedImprovement(10, 12, 0.4, 0.8), 0);
+  EXPECT_LT(ExpectedImprovement(10, 12, 0.4, 0.8), ExpectedImprovement(10, 12, 0.4));
+  EXPECT_DOUBLE_EQ(ExpectedImprovement(10, 12, 0.4, 0.9), ExpectedImprovement(10, 12, 0.4));
+  EXPECT_DOUBLE_EQ(ExpectedImprovement(10, 8, 0, 0.9), 0);  // certain and over its budget
+  EXPECT_DOUBLE_EQ(ExpectedImprovement(10, 8, 0, 1.1), 2);
 }
 
 }  // namespace
