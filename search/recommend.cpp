@@ -398,7 +398,9 @@ Recommendation Recommend(const RecommendRequest& req) {
       Decide(p, req.options, [&keys](const Config& c) { return keys.count(c.Key()) > 0; });
   for (const auto& type : predictor->model().types())
     r.throughput_models[type] = predictor->model().model(type).ToJson();
-  if (req.options.mixed_max_types >= 2 && !p.space.spot_nodes_available.empty())
+  // (Not while a spot shortage is waited out: waiting costs a spot cluster nothing.)
+  if (req.options.mixed_max_types >= 2 && !p.space.spot_nodes_available.empty() &&
+      !p.space.wait_for_spot)
     r.mixed = MixedAround(p, *predictor, req.options, r.best);
   return r;
 }

@@ -85,7 +85,8 @@ void ForEachEvaluated(const SearchProblem& p, Fn&& fn) {
       c.purchase = options[k];
       if (c.purchase != Purchase::kOnDemand && !t.has_spot()) continue;
       if (c.purchase == Purchase::kAnchor && c.nodes < 2) continue;  // anchor needs workers
-      if (c.purchase != Purchase::kOnDemand && !p.space.spot_nodes_available.empty()) {
+      if (c.purchase != Purchase::kOnDemand && !p.space.spot_nodes_available.empty() &&
+          !(c.purchase == Purchase::kSpot && p.space.wait_for_spot)) {
         auto a = p.space.spot_nodes_available.find(t.name);
         const int spot_nodes = c.purchase == Purchase::kSpot ? c.nodes : c.nodes - 1;
         if (a != p.space.spot_nodes_available.end() && spot_nodes > a->second) continue;

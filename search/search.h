@@ -87,6 +87,10 @@ struct SpaceOptions {
   // Spot capacity that can be had now, in nodes per instance type (a type not listed: no limit).
   // A spot candidate needs all its nodes there, an anchor one all but its on-demand anchor.
   std::map<std::string, int> spot_nodes_available;
+  // Spot candidates ignore spot_nodes_available: a shortage is waited out, at no cost to a spot
+  // cluster (the cost goal without a deadline). Anchor candidates still need their spot nodes
+  // (their on-demand anchor would pay for the wait).
+  bool wait_for_spot = false;
   // GPUs used per node: powers of two up to the type's count, plus the count itself.
   bool IsValid(std::string* error) const;
 };

@@ -167,6 +167,8 @@ FitAndSearchOptions SearchOptionsFrom(const Options& options, const search::Cata
   if (options.max_local_batch > 0) fo.recommend.space.max_local_bsz = options.max_local_batch;
   fo.recommend.space.max_batch_growth = options.max_batch_growth;
   fo.recommend.mixed_max_types = options.mixed_types;
+  fo.recommend.space.wait_for_spot =
+      options.wait_for_spot && goal == core::Goal::kCost && !(options.deadline_hours > 0);
   fo.instance_type = options.instance_type;
   if (!options.candidates.empty())
     fo.candidates = CandidatesFromTrace(options.candidates, options.instance_type);
@@ -220,9 +222,11 @@ search::RecommendRequest BuildRecommendRequest(const Snapshot& s, const FitAndSe
   cur.accum_steps = s.current.accum_steps;
   cur.purchase = s.purchase.value_or(o.purchase);
   if (preempted && cur.nodes > 1) --cur.nodes;
-  // Its spot nodes are gone (revoked, or refused on request): staying means on demand.
+  // Its spot nodes are gone (revoked, or refused on request): staying means on demand, unless a
+  // spot cluster waits the shortage out (SpaceOptions::wait_for_spot).
+  const bool waits = o.recommend.space.wait_for_spot && cur.purchase == search::Purchase::kSpot;
   if (auto a = s.spot_nodes_available.find(type);
-      a != s.spot_nodes_available.end() && cur.purchase != search::Purchase::kOnDemand &&
+      !waits && a != s.spot_nodes_available.end() && cur.purchase != search::Purchase::kOnDemand &&
       (cur.purchase == search::Purchase::kSpot ? cur.nodes : cur.nodes - 1) > a->second)
     cur.purchase = search::Purchase::kOnDemand;
   req.current = cur;

@@ -46,6 +46,10 @@ struct Options {
   // clusters of up to this many instance types, each with its own local batch, and report the
   // best in the recommendation ("mixed"). 0 = off, 2 or 3.
   int mixed_types = 2;
+  // With objective "cost" and no deadline, a shortage of spot capacity is waited out rather than
+  // left for on demand or another type: a spot cluster pays nothing while it waits (as managed spot
+  // does). false = move to what can be had now. A deadline always turns it off.
+  bool wait_for_spot = true;
   // Seconds between background refits of the models and searches (tuner, later issues).
   double refit_seconds = 30;
   // What the tuner optimises: "cost" (cheapest to finish) or "time" (fastest to finish).

@@ -430,6 +430,43 @@ TEST(FitAndSearch, SameNumbersAsRecommendOnTheRecordedProfile) {
   std::printf("%s\n", r.log_line.c_str());
 }
 
+// A spot cluster whose capacity is gone: under the cost goal without a deadline it waits the
+// shortage out (stays on spot); with a deadline, or CLOUDTUNE_WAIT_FOR_SPOT=0, staying means on
+// demand.
+TEST(FitAndSearch, SpotShortageIsWaitedOutOnlyForCostWithoutADeadline) {
+  CLOUDTUNE_NEEDS_SHARED_DATA();
+  Snapshot s = RealSnapshot();
+  s.purchase = cloudtune::search::Purchase::kSpot;
+  s.spot_nodes_available = {{"g4dn.12xlarge", 0}};
+  auto purchase_of_current = [&](const Options& opt) {
+    FitAndSearchOptions o = SearchOptionsFrom(opt, nullptr);
+    o.instance_type = "g4dn.12xlarge";
+    o.target.progress = 20000;
+    return BuildRecommendRequest(s, o, false).current->purchase;
+  };
+  Options opt;
+  opt.objective = "cost";
+  EXPECT_EQ(purchase_of_current(opt), cloudtune::search::Purchase::kSpot);
+  EXPECT_TRUE(SearchOptionsFrom(opt, nullptr).recommend.space.wait_for_spot);
+  opt.deadline_hours = 10;
+  EXPECT_EQ(purchase_of_current(opt), cloudtune::search::Purchase::kOnDemand);
+  EXPECT_FALSE(SearchOptionsFrom(opt, nullptr).recommend.space.wait_for_spot);
+  opt.deadline_hours = 0;
+  opt.wait_for_spot = false;
+  EXPECT_EQ(purchase_of_current(opt), cloudtune::search::Purchase::kOnDemand);
+  opt.wait_for_spot = true;
+  opt.objective = "time";
+  EXPECT_EQ(purchase_of_current(opt), cloudtune::search::Purchase::kOnDemand);
+  // The whole step: the recommendation keeps a spot configuration.
+  opt.objective = "cost";
+  FitAndSearchOptions o = SearchOptionsFrom(opt, nullptr);
+  o.instance_type = "g4dn.12xlarge";
+  o.target.progress = 20000;
+  const TunerResult r = MakeFitAndSearch(o)(s, RefitContext{"timer", 1});
+  EXPECT_EQ(r.decision.proposed.config.purchase, cloudtune::search::Purchase::kSpot)
+      << r.decision.reason;
+}
+
 TEST(FitAndSearch, DestraggleProfileTakesTheWaitOutOfTheCurrentConfiguration) {
   CLOUDTUNE_NEEDS_SHARED_DATA();
   Snapshot s = RealSnapshot();

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <random>
 #include <sstream>
+#include <utility>
 
 #include "search/recommend.h"
 
@@ -223,6 +224,31 @@ TEST(Search, GrowsTheBatchOnlyAsFarAsTheEvidence) {
   p.space.max_batch_growth = 0.5;
   EXPECT_FALSE(p.space.IsValid(&err));
   EXPECT_EQ(err, "max_batch_growth must be >= 1, or 0 (no bound)");
+}
+
+// Spot capacity: a candidate that needs more spot nodes than can be had is out, unless the
+// shortage is waited out (then only anchor candidates, whose anchor would pay, still need them).
+TEST(Search, SpotCapacityLimitsOrIsWaitedOut) {
+  const Catalog c = SmallCatalog();
+  SearchProblem p = Problem(c);
+  p.objective.goal = Goal::kCost;
+  p.keep_top = 100000;
+  auto counts = [&](const SearchProblem& q) {
+    int spot_big = 0, anchor_big = 0;
+    for (const Evaluation& e : Search(q).top) {
+      if (e.config.type != "t4x4") continue;
+      if (e.config.purchase == Purchase::kSpot && e.config.nodes > 1) ++spot_big;
+      if (e.config.purchase == Purchase::kAnchor && e.config.nodes - 1 > 1) ++anchor_big;
+    }
+    return std::make_pair(spot_big, anchor_big);
+  };
+  const auto all = counts(p);
+  ASSERT_GT(all.first, 0);
+  ASSERT_GT(all.second, 0);
+  p.space.spot_nodes_available = {{"t4x4", 1}};
+  EXPECT_EQ(counts(p), std::make_pair(0, 0));
+  p.space.wait_for_spot = true;
+  EXPECT_EQ(counts(p), std::make_pair(all.first, 0));
 }
 
 TEST(Search, ParetoFrontIsNonDominated) {
