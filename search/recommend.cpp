@@ -244,6 +244,13 @@ Recommendation Decide(const SearchProblem& problem, const RecommendOptions& opti
       // The measurement window is charged in full (conservative: it also makes progress).
       const double t_h = (sw + options.measure_s) / 3600.0;
       const double mcost = goal == Goal::kCost ? t_h * e.price_per_hour : t_h;
+      // Safe exploration: should the measurement disappoint, the incumbent must still meet the
+      // deadline and budget after paying for it.
+      if (problem.objective.deadline_h > 0 && chosen.hours + t_h > problem.objective.deadline_h)
+        continue;
+      if (problem.objective.budget_usd > 0 &&
+          chosen.cost + t_h * e.price_per_hour > problem.objective.budget_usd)
+        continue;
       // The exploration budget (a share of the expected total: spent + best predicted rest).
       const double total = options.spent + std::min(incumbent, best_v);
       if (options.exploration_spent + mcost > options.exploration_budget_share * total) continue;

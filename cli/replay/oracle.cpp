@@ -57,7 +57,19 @@ double WindowModel::TrainSeconds(const Config& c, double switch_s) const {
   return std::max(0.0, window_s_ - switch_s) / (1 + CheckpointShare(c));
 }
 
+double WindowModel::MetricAt(double u) const {
+  if (!s_.measured) return 0;
+  const MeasuredSteps& m = *s_.measured;
+  // The value whose progress (steps of the smallest batch from 0) is u.
+  return std::max(m.StartMetric(), m.MetricAfter(m.min_batch(), 0.0, u));
+}
+
 double WindowModel::Advance(const Config& c, double u, double train_s, double* finish_s) const {
+  return Advance(c, u, MetricAt(u), train_s, finish_s);
+}
+
+double WindowModel::Advance(const Config& c, double u, double metric_u, double train_s,
+                            double* finish_s) const {
   *finish_s = -1;
   const auto it = step_.find(c.Key());
   if (it == step_.end()) throw InputError("oracle: untraced configuration " + c.ToString());
@@ -70,8 +82,7 @@ double WindowModel::Advance(const Config& c, double u, double train_s, double* f
   }
   if (s_.measured) {
     const MeasuredSteps& m = *s_.measured;
-    // The metric whose progress (steps of the smallest batch from metric 0) is u.
-    const double from = std::max(m.StartMetric(), m.MetricAfter(m.min_batch(), 0.0, u));
+    const double from = metric_u;
     if (from >= s_.target_metric) {  // u is the target up to rounding
       *finish_s = 0;
       return target;
@@ -134,6 +145,8 @@ Oracle::Oracle(const Scenario& s, const OracleOptions& o) : s_(s), o_(o) {
   const double u0 = T.model.StartProgress();
   const double du = (s.target_progress - u0) / T.K;
   if (!(du > 0)) throw InputError("oracle: the target is no progress beyond the start");
+  std::vector<double> metric(T.K);
+  for (int k = 0; k < T.K; ++k) metric[k] = T.model.MetricAt(u0 + k * du);
 
   // Drop the batches that are never the fastest of their instances at any level (on demand, a
   // whole window).
@@ -150,7 +163,7 @@ Oracle::Oracle(const Scenario& s, const OracleOptions& o) : s_(s), o_(o) {
       const double train = T.model.TrainSeconds(s.candidates[i], 0);
       for (int k = 0; k < T.K; ++k) {
         double fin = -1;
-        double u = T.model.Advance(s.candidates[i], u0 + k * du, train, &fin);
+        double u = T.model.Advance(s.candidates[i], u0 + k * du, metric[k], train, &fin);
         if (fin >= 0) u = s.target_progress + (train - fin);  // earlier finish = better
         if (u > best[k]) best[k] = u, arg[k] = i;
       }
@@ -197,7 +210,7 @@ Oracle::Oracle(const Scenario& s, const OracleOptions& o) : s_(s), o_(o) {
       const double train = T.model.TrainSeconds(T.configs[c], sw);
       for (int k = 0; k < T.K; ++k) {
         double fin = -1;
-        const double u = T.model.Advance(T.configs[c], u0 + k * du, train, &fin);
+        const double u = T.model.Advance(T.configs[c], u0 + k * du, metric[k], train, &fin);
         if (fin >= 0) {
           T.finish[cls][T.At(c, k)] = static_cast<float>(fin);
           continue;  // next levels stay K

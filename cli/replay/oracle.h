@@ -69,6 +69,12 @@ class WindowModel {
   // Progress (B0-steps) after `train_s` training seconds on `c` from progress `u`; when the target
   // is reached, *finish_s (else -1) is the training seconds it took.
   double Advance(const Config& c, double u, double train_s, double* finish_s) const;
+  // The same from a known MetricAt(u) (the tables ask for each level's once, not per
+  // configuration).
+  double Advance(const Config& c, double u, double metric_u, double train_s,
+                 double* finish_s) const;
+  // With measured truth, the carried value whose progress is u (else 0).
+  double MetricAt(double u) const;
   // The progress of a job at its start (measured truth: that of the start metric).
   double StartProgress() const;
   // Training seconds in a window that starts with `switch_s` of switching on `c`.

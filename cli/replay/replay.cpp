@@ -20,7 +20,8 @@ namespace cloudtune::replay {
 
 namespace {
 
-constexpr double kLimitHours = 20000;  // a policy that has not finished by then is cut off
+constexpr double kLimitHours = 20000;    // a policy that has not finished by then is cut off
+constexpr size_t kMaxNoiseHistory = 64;  // noise observations a job keeps (as the live runtime)
 
 // ---- simulation -------------------------------------------------------------------------------
 
@@ -147,6 +148,7 @@ class Simulator {
     job.exploration_hours = explore_h_;
     job.exploration_usd = explore_cost_;
     for (const auto& [type, trace] : s_.spot) job.spot_nodes_available[type] = SpotAvailable(type);
+    job.noise_history = noise_history_;
     return job;
   }
   // Runs a policy that sees only the job's view. It starts by measuring the start configuration
@@ -297,6 +299,10 @@ class Simulator {
     o.sum += m->step_time * noise;
     o.sync = m->sync_time * noise;
     ++o.n;
+    // The gradient statistics the hooks measured, at the batch it ran.
+    const core::NoiseState ns = s_.NoiseAt(progress_, batch);
+    noise_history_.push_back({batch, progress_, 0.0, ns.grad_sqr, ns.grad_var});
+    if (noise_history_.size() > kMaxNoiseHistory) noise_history_.erase(noise_history_.begin());
   }
 
   const Scenario& s_;
@@ -305,6 +311,7 @@ class Simulator {
   double hazard_ = 0, next_revocation_ = 0;
   std::map<core::ConfigKey, const core::Measurement*> truth_;
   std::map<core::ConfigKey, Observation> obs_;
+  std::vector<core::NoiseObservation> noise_history_;
   Config cur_;
   double progress_ = 0, last_ckpt_progress_ = 0, t_h_ = 0, cost_ = 0;
   double explore_cost_ = 0, explore_h_ = 0;
@@ -421,6 +428,7 @@ search::Recommendation CloudtuneDecide(const runtime::Runtime& rt, const JobView
   snap.exploration_usd = job.exploration_usd;
   snap.exploration_seconds = job.exploration_hours * 3600;
   snap.spot_nodes_available = job.spot_nodes_available;
+  snap.noise_history = job.noise_history;
   return rt.Decide(snap, "timer").decision;
 }
 

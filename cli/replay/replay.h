@@ -140,6 +140,9 @@ struct JobView {
   double exploration_hours = 0, exploration_usd = 0;  // of which on measurements
   // Spot nodes per type it knows it can get now (requests refused, revocation notices).
   std::map<std::string, int> spot_nodes_available;
+  // The gradient statistics it measured along its run (one per window, at the batch it ran; the
+  // last 64, as the live runtime keeps): with two batches or more the efficiency drift is fitted.
+  std::vector<core::NoiseObservation> noise_history;
 };
 // The runtime setup of the scenario's job (objective, target, catalog, traced configurations as
 // the candidates): the cloudtune policy constructs the runtime a live job constructs.

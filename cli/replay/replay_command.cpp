@@ -1,11 +1,15 @@
 // cloudtune replay: jobs replayed over measured traces (cli/replay/replay.h).
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <exception>
 #include <iomanip>
 #include <iostream>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <sstream>
+#include <thread>
 
 #include "cli/commands.h"
 #include "cli/progress.h"
@@ -19,6 +23,36 @@ namespace cloudtune::cli {
 using core::Median;
 
 namespace {
+
+// Replays every seed (the seeds at once on `jobs` threads, 0 = one per core): each run has its own
+// simulator and runtime, the scenario and the oracle's tables are only read. Results in seed order.
+std::vector<std::vector<replay::PolicyResult>> RunSeeds(const replay::Scenario& s,
+                                                        const std::vector<uint64_t>& seeds,
+                                                        const replay::Oracle& oracle,
+                                                        unsigned jobs) {
+  std::vector<std::vector<replay::PolicyResult>> out(seeds.size());
+  if (jobs == 0) jobs = std::max(1u, std::thread::hardware_concurrency());
+  jobs = std::min<unsigned>(jobs, static_cast<unsigned>(seeds.size()));
+  std::atomic<size_t> next{0};
+  std::mutex m;
+  std::exception_ptr error;
+  auto work = [&] {
+    for (size_t i; (i = next++) < seeds.size();) {
+      try {
+        out[i] = replay::RunReplay(s, seeds[i], &oracle);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(m);
+        if (!error) error = std::current_exception();
+      }
+    }
+  };
+  std::vector<std::thread> threads;
+  for (unsigned k = 1; k < jobs; ++k) threads.emplace_back(work);
+  work();
+  for (auto& t : threads) t.join();
+  if (error) std::rethrow_exception(error);
+  return out;
+}
 
 // What the summary gathers over runs.
 struct Totals {
@@ -94,6 +128,7 @@ void RegisterReplayCommand(CLI::App& app) {
     bool oracle_schedule = false, schedules = false;
     std::string carry;
     int oracle_levels = replay::OracleOptions{}.levels;
+    unsigned jobs = 0;
   };
   auto pa = std::make_shared<RepArgs>();
   rep->add_option("scenario", pa->scenarios, "Scenario JSON file(s)")->required();
@@ -110,6 +145,8 @@ void RegisterReplayCommand(CLI::App& app) {
                   "Progress levels of the hindsight oracle (finer: a smaller discretisation gap, "
                   "time and memory in proportion)")
       ->check(CLI::Range(2, 100000));
+  rep->add_option("-j,--jobs", pa->jobs,
+                  "Seeds replayed at once (0 = one per CPU core; the output is the same)");
   rep->add_flag("--schedules", pa->schedules,
                 "Print every policy's schedule (its configurations and when it changed them; "
                 "implies --oracle-schedule)");
@@ -132,9 +169,11 @@ void RegisterReplayCommand(CLI::App& app) {
       oo.schedule = pa->oracle_schedule || pa->schedules;
       oo.levels = pa->oracle_levels;
       const replay::Oracle hindsight(s, oo);  // its tables serve every seed
-      for (uint64_t seed : seeds) {
-        progress.Step(scenario_index, s.name + " seed " + std::to_string(seed));
-        auto res = replay::RunReplay(s, seed, &hindsight);
+      progress.Step(scenario_index, s.name + ": " + std::to_string(seeds.size()) + " seed(s)");
+      const auto all = RunSeeds(s, seeds, hindsight, pa->jobs);
+      for (size_t si = 0; si < seeds.size(); ++si) {
+        const uint64_t seed = seeds[si];
+        const auto& res = all[si];
         double oracle = 0, oracle_lower = 0, fixed = 0, fixed_spot = 0, cloudtune = 0, up = 0;
         double hindsight_fixed = 0, oracle_h = 0, cloudtune_h = 0;
         bool oracle_met = true, cloudtune_met = true, up_met = true;

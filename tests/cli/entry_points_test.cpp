@@ -121,6 +121,35 @@ TEST(EntryPoints, LiveJobCliAndReplayRecommendTheSame) {
   EXPECT_TRUE(traced) << live.proposed;
 }
 
+// The replay hands the runtime the gradient statistics the job measured along its run, as the
+// live runtime keeps them: at two batches or more the efficiency drift is fitted from them, so the
+// predicted steps change.
+TEST(EntryPoints, TheReplayPassesTheJobsNoiseHistory) {
+  replay::Scenario sc;
+  sc.name = "entry-points";
+  sc.catalog = search::DefaultCatalog();
+  sc.candidates = runtime::CandidatesFromTrace(kConfigs, "g4dn.12xlarge");
+  sc.target_progress = kTarget;
+  runtime::Runtime rt(replay::CloudtuneSetup(sc));
+  const core::Snapshot s = Measured();
+  replay::JobView job;
+  job.measured = s.profile;
+  job.noise = s.noise;
+  job.current.type = "g4dn.12xlarge";
+  job.current.nodes = 2;
+  job.current.gpus_per_node = 4;
+  job.current.local_bsz = 64;
+  const search::Recommendation plain = replay::CloudtuneDecide(rt, job);
+  // The noise scale grew fourfold between two batches the job ran.
+  const double sqr = s.noise.grad_sqr, var = s.noise.grad_var;
+  for (int i = 0; i < 8; ++i) {
+    job.noise_history.push_back({256, 100.0 * i, 0, sqr, var});
+    job.noise_history.push_back({512, 100.0 * i + 50, 0, sqr / (1 + 0.4 * i), var});
+  }
+  const search::Recommendation fitted = replay::CloudtuneDecide(rt, job);
+  EXPECT_NE(plain.best.steps, fitted.best.steps);
+}
+
 TEST(EntryPoints, OneFitPerRefitAndThePublishedModelIsTheOneThatDecided) {
   runtime::FitAndSearchOptions o;
   o.recommend.target_progress = kTarget;

@@ -272,6 +272,21 @@ TEST(ReplayCli, DeterministicForASeed) {
   EXPECT_NE(c.out, j1.out);
 }
 
+// Seeds replayed at once on several threads give exactly what one thread gives, in seed order.
+TEST(ReplayCli, ParallelSeedsGiveTheSameOutput) {
+  CLOUDTUNE_NEEDS_SHARED_DATA();
+  const std::string path = kScenarios + "pollux-cifar10-g4dn.json";
+  Result one = RunCli("replay " + path + " --seeds 3 1 2 --format json --jobs 1");
+  Result three = RunCli("replay " + path + " --seeds 3 1 2 --format json --jobs 3");
+  ASSERT_EQ(one.status, 0) << one.err;
+  ASSERT_EQ(three.status, 0) << three.err;
+  EXPECT_EQ(one.out, three.out);
+  const auto j = nlohmann::json::parse(one.out);
+  ASSERT_EQ(j["runs"].size(), 3u);
+  EXPECT_EQ(j["runs"][0]["seed"], 3);
+  EXPECT_EQ(j["runs"][2]["seed"], 2);
+}
+
 TEST(ReplayCli, BadScenarios) {
   CLOUDTUNE_NEEDS_SHARED_DATA();
   const std::string malformed = Write("malformed.json", "{\"schema\": \"cloudtune.scenario/1\",\n");

@@ -284,8 +284,9 @@ TEST(Decide, MeasuresUncertainTypeOnlyWhenItCanPayOff) {
   cur.local_bsz = 32;
   cur.purchase = Purchase::kSpot;
   auto run = [&](double v100_sigma, double remaining_scale, RecommendOptions o = {},
-                 double steps_sigma = 0) {
+                 double steps_sigma = 0, double budget_usd = 0) {
     SearchProblem p = Problem(c);
+    p.objective.budget_usd = budget_usd;
     p.space.allow_anchor = false;
     p.space.types = {"t4x4", "v100x4"};
     Predictor base = Synthetic();
@@ -338,6 +339,13 @@ TEST(Decide, MeasuresUncertainTypeOnlyWhenItCanPayOff) {
   EXPECT_NE(run(0.6, 500, o).action, Recommendation::Action::kMeasure);
   o.exploration_spent = 0.04 * (o.spent + total) - 2 * r.measurement_cost;  // room for one more
   EXPECT_EQ(run(0.6, 500, o).action, Recommendation::Action::kMeasure);
+  // Safe exploration: no measurement the budget could not pay for should it disappoint (the
+  // incumbent's cost plus the measurement's); a budget that does not bind changes nothing.
+  EXPECT_NE(run(0.6, 500, {}, 0, r.best.cost + 0.5 * r.measurement_cost).action,
+            Recommendation::Action::kMeasure);
+  const Recommendation roomy = run(0.6, 500, {}, 0, 100 * r.best.cost);
+  EXPECT_EQ(roomy.action, Recommendation::Action::kMeasure) << roomy.reason;
+  EXPECT_NEAR(roomy.expected_improvement, r.expected_improvement, 1e-9 * r.expected_improvement);
   std::string err;
   o.exploration_spent = o.spent + 1;
   EXPECT_FALSE(o.IsValid(&err));
