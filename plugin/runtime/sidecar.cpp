@@ -25,6 +25,7 @@ bool Sidecar::Open(const std::string& path, std::string* error) {
   path_ = path;
   fd_ = fd;
   stop_ = false;
+  sealed_ = false;
   thread_ = std::thread([this] {
     detail::NameThisThread("sidecar");
     Run();
@@ -54,7 +55,15 @@ std::string Sidecar::Format(const std::string& kind, int64_t step, double unix_t
 }
 
 void Sidecar::Write(const std::string& kind, int64_t step, const nlohmann::json& fields) {
-  if (fd_ < 0) return;
+  Queue(kind, step, fields, false);
+}
+
+void Sidecar::WriteLast(const std::string& kind, int64_t step, const nlohmann::json& fields) {
+  Queue(kind, step, fields, true);
+}
+
+void Sidecar::Queue(const std::string& kind, int64_t step, const nlohmann::json& fields,
+                    bool last) {
   const double now =
       std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   std::string line;
@@ -65,7 +74,7 @@ void Sidecar::Write(const std::string& kind, int64_t step, const nlohmann::json&
               << "\n";
     return;
   }
-  Post([this, line = std::move(line)] {
+  auto task = [this, line = std::move(line)] {
     // One write() per record: O_APPEND makes it atomic with respect to other writers, and a
     // killed process leaves whole lines only.
     size_t done = 0;
@@ -81,7 +90,12 @@ void Sidecar::Write(const std::string& kind, int64_t step, const nlohmann::json&
       }
       done += static_cast<size_t>(n);
     }
-  });
+  };
+  std::lock_guard<std::mutex> lock(mu_);
+  if (fd_ < 0 || stop_ || sealed_) return;
+  sealed_ = last;
+  queue_.push_back(std::move(task));
+  cv_.notify_one();
 }
 
 void Sidecar::Post(std::function<void()> task) {

@@ -38,6 +38,9 @@ class Sidecar {
   // Queues one record: `fields` (a JSON object, may be empty) with schema, time, step and kind
   // added in front. A no-op when the sidecar is not open.
   void Write(const std::string& kind, int64_t step, const nlohmann::json& fields = {});
+  // Queues the file's last record (the "end"): records written after it, from any thread, are
+  // dropped, so a reader always finds it last. Post tasks still run.
+  void WriteLast(const std::string& kind, int64_t step, const nlohmann::json& fields = {});
 
   // Runs `task` on the writer thread, after the records queued before it (for other file output
   // that must stay off the training thread, e.g. the profile CSV). Dropped when not open.
@@ -57,6 +60,7 @@ class Sidecar {
 
  private:
   void Run();
+  void Queue(const std::string& kind, int64_t step, const nlohmann::json& fields, bool last);
 
   std::string path_;
   int fd_ = -1;
@@ -66,6 +70,7 @@ class Sidecar {
   std::deque<std::function<void()>> queue_;
   bool busy_ = false;
   bool stop_ = false;
+  bool sealed_ = false;  // the last record is queued
   int64_t write_errors_ = 0;
   std::thread thread_;
 };

@@ -541,12 +541,12 @@ void Plugin::EndOnSignal(const char* signal_name) {
   if (!leader_ || !enabled() || finished_.exchange(true)) return;
   const double elapsed =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
-  sidecar_.Write("end", step_.load(),
-                 {{"steps", step_.load()},
-                  {"elapsed_seconds", elapsed},
-                  {"signal", signal_name},
-                  {"configurations", static_cast<int64_t>(profile().size())},
-                  {"profile", opt_.profile}});
+  sidecar_.WriteLast("end", step_.load(),
+                     {{"steps", step_.load()},
+                      {"elapsed_seconds", elapsed},
+                      {"signal", signal_name},
+                      {"configurations", static_cast<int64_t>(profile().size())},
+                      {"profile", opt_.profile}});
   WriteProfile();
   sidecar_.Flush();
 }
@@ -572,7 +572,7 @@ void Plugin::Finish() {
                             {"skipped_steps", g.skipped},
                             {"configurations", static_cast<int64_t>(profile().size())},
                             {"profile", opt_.profile}};
-      sidecar_.Write("end", step_.load(), rec);
+      sidecar_.WriteLast("end", step_.load(), rec);
       WriteProfile();
       sidecar_.Close();
       Log("done after " + std::to_string(step_) + " steps; sidecar " + opt_.sidecar);

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -94,6 +95,48 @@ TEST(Sidecar, PostRunsTasksInOrderAfterRecords) {
   s.Write("end", 1);
   s.Close();
   EXPECT_EQ(ReadLines(path).size(), 2u);
+}
+
+// The "end" record is the file's last line even when other threads keep writing after it (a
+// SIGTERM ends the sidecar while the training thread is still measuring).
+TEST(Sidecar, NothingFollowsTheLastRecord) {
+  const std::string path = TempPath("last.jsonl");
+  std::filesystem::remove(path);
+  Sidecar s;
+  std::string err;
+  ASSERT_TRUE(s.Open(path, &err));
+  s.Write("start", 0);
+  std::atomic<bool> go{true};
+  std::atomic<int> written{0};
+  std::thread writer([&] {
+    for (int64_t i = 1; go.load(); ++i) {
+      s.Write("measurement", i);
+      written.fetch_add(1);
+    }
+  });
+  while (written.load() < 100) std::this_thread::yield();
+  s.WriteLast("end", 7);
+  int after = written.load();
+  while (written.load() < after + 100) std::this_thread::yield();  // writes after the end
+  s.Flush();
+  int seen_posted = 0;
+  s.Post([&] { seen_posted = 1; });  // tasks still run
+  s.Flush();
+  go = false;
+  writer.join();
+  s.Close();
+  const auto lines = ReadLines(path);
+  ASSERT_GE(lines.size(), 2u);
+  EXPECT_EQ(lines.front()["kind"], "start");
+  EXPECT_EQ(lines.back()["kind"], "end");
+  EXPECT_EQ(lines.back()["step"], 7);
+  EXPECT_EQ(seen_posted, 1);
+  for (size_t i = 1; i + 1 < lines.size(); ++i) EXPECT_EQ(lines[i]["kind"], "measurement");
+  // Reopening starts a new run: records are accepted again.
+  ASSERT_TRUE(s.Open(path, &err));
+  s.Write("start", 0);
+  s.Close();
+  EXPECT_EQ(ReadLines(path).back()["kind"], "start");
 }
 
 }  // namespace
