@@ -20,13 +20,7 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 // far they miss.
 std::pair<int, double> RankOf(const MixedEvaluation& e, const ObjectiveOptions& o) {
   if (e.feasible) return {0, e.Objective(o.goal)};
-  double miss = kInf;
-  if (std::isfinite(e.hours)) {
-    miss = 0;
-    if (o.deadline_h > 0) miss = std::max(miss, e.hours / o.deadline_h);
-    if (o.budget_usd > 0) miss = std::max(miss, e.cost / o.budget_usd);
-  }
-  return {1, miss};
+  return {1, std::isfinite(e.hours) ? o.Miss(e.hours, e.cost, e.log_sigma) : kInf};
 }
 
 }  // namespace
@@ -93,8 +87,7 @@ MixedEvaluation EvaluateMixed(const SearchProblem& p, const MixedConfig& c, cons
   e.cost = e.hours * e.price_per_hour;
   e.revocations = run.revocations;
   e.log_sigma = std::hypot(step.step.log_sigma, steps.log_sigma);
-  e.feasible = !(p.objective.deadline_h > 0 && e.hours > p.objective.deadline_h) &&
-               !(p.objective.budget_usd > 0 && e.cost > p.objective.budget_usd);
+  e.feasible = p.objective.Miss(e.hours, e.cost, e.log_sigma) <= 1;
   return e;
 }
 

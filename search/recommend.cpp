@@ -174,11 +174,15 @@ Recommendation Decide(const SearchProblem& problem, const RecommendOptions& opti
     }
     return s;
   };
+  ObjectiveOptions deadline_only = problem.objective;
+  deadline_only.budget_usd = 0;
   if (!r.best.feasible) {
     why << "no candidate meets the " << (problem.objective.deadline_h > 0 ? "deadline" : "")
         << (problem.objective.deadline_h > 0 && problem.objective.budget_usd > 0 ? " and " : "")
-        << (problem.objective.budget_usd > 0 ? "budget" : "")
-        << ": proposing the one that misses them least";
+        << (problem.objective.budget_usd > 0 ? "budget" : "");
+    if (problem.objective.constraint_sigmas > 0)
+      why << " with a " << problem.objective.constraint_sigmas << "-sigma margin";
+    why << ": proposing the one that misses them least";
     r.action = r.has_current && r.best.config == r.current.config ? Recommendation::Action::kKeep
                                                                   : Recommendation::Action::kSwitch;
   } else if (!r.has_current) {
@@ -192,7 +196,7 @@ Recommendation Decide(const SearchProblem& problem, const RecommendOptions& opti
   } else if (!r.current.feasible) {
     r.action = Recommendation::Action::kSwitch;
     why << "constraint: the current configuration misses the "
-        << (problem.objective.deadline_h > 0 && r.current.hours > problem.objective.deadline_h
+        << (deadline_only.Miss(r.current.hours, r.current.cost, r.current.log_sigma) > 1
                 ? "deadline"
                 : "budget")
         << "; the best feasible one costs " << Value(goal, best_v);
@@ -223,10 +227,7 @@ Recommendation Decide(const SearchProblem& problem, const RecommendOptions& opti
       const double v = e.Objective(goal);
       // A candidate predicted to miss the deadline or budget may meet them at a shorter step time
       // than predicted; the expected improvement counts only the outcomes that meet them.
-      double miss = 0;
-      if (problem.objective.deadline_h > 0) miss = e.hours / problem.objective.deadline_h;
-      if (problem.objective.budget_usd > 0)
-        miss = std::max(miss, e.cost / problem.objective.budget_usd);
+      const double miss = problem.objective.Miss(e.hours, e.cost, e.log_sigma);
       const double max_factor = miss > 0 ? 1 / miss : std::numeric_limits<double>::infinity();
       // A measurement reveals the step time only: the uncertainty of the steps to the target (the
       // statistical efficiency at that batch) stays, so the expected improvement uses the step
@@ -246,10 +247,8 @@ Recommendation Decide(const SearchProblem& problem, const RecommendOptions& opti
       const double mcost = goal == Goal::kCost ? t_h * e.price_per_hour : t_h;
       // Safe exploration: should the measurement disappoint, the incumbent must still meet the
       // deadline and budget after paying for it.
-      if (problem.objective.deadline_h > 0 && chosen.hours + t_h > problem.objective.deadline_h)
-        continue;
-      if (problem.objective.budget_usd > 0 &&
-          chosen.cost + t_h * e.price_per_hour > problem.objective.budget_usd)
+      if (problem.objective.Miss(chosen.hours + t_h, chosen.cost + t_h * e.price_per_hour,
+                                 chosen.log_sigma) > 1)
         continue;
       // The exploration budget (a share of the expected total: spent + best predicted rest).
       const double total = options.spent + std::min(incumbent, best_v);
@@ -395,6 +394,8 @@ Recommendation Recommend(const RecommendRequest& req) {
   p.space = req.options.space;
   p.space.observed_batch = std::max(eff->max_observed_batch(), eff->base_batch());  // growth bound
   p.objective = req.options.objective;
+  // A prediction that proves optimistic is corrected within a switch and a measurement.
+  p.objective.uncorrectable_h = (req.options.cost.switch_s + req.options.measure_s) / 3600;
   p.cost = req.options.cost;
   p.remaining_progress = to - from;
   p.current = &current;

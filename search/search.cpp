@@ -24,10 +24,7 @@ struct Rank {
 
 Rank RankOf(const Evaluation& e, const ObjectiveOptions& o) {
   if (e.feasible) return {0, e.Objective(o.goal)};
-  double miss = 0;
-  if (o.deadline_h > 0) miss = std::max(miss, e.hours / o.deadline_h);
-  if (o.budget_usd > 0) miss = std::max(miss, e.cost / o.budget_usd);
-  return {1, miss};
+  return {1, o.Miss(e.hours, e.cost, e.log_sigma)};
 }
 
 void CheckProblem(const SearchProblem& p) {
@@ -158,8 +155,22 @@ bool ObjectiveOptions::IsValid(std::string* error) const {
     bad = "deadline_h must be >= 0";
   else if (!(budget_usd >= 0) || !std::isfinite(budget_usd))
     bad = "budget_usd must be >= 0";
+  else if (!(constraint_sigmas >= 0) || !std::isfinite(constraint_sigmas))
+    bad = "constraint_sigmas must be >= 0";
+  else if (!(uncorrectable_h >= 0) || !std::isfinite(uncorrectable_h))
+    bad = "uncorrectable_h must be >= 0";
   if (bad && error) *error = bad;
   return bad == nullptr;
+}
+
+double ObjectiveOptions::Miss(double hours, double cost, double log_sigma) const {
+  // The uncorrectable share of the run, over-run by the margin.
+  const double share = hours > 0 ? std::min(1.0, uncorrectable_h / hours) : 0.0;
+  const double extra = 1 + share * (std::exp(constraint_sigmas * std::max(0.0, log_sigma)) - 1);
+  double miss = 0;
+  if (deadline_h > 0) miss = std::max(miss, hours * extra / deadline_h);
+  if (budget_usd > 0) miss = std::max(miss, cost * extra / budget_usd);
+  return miss;
 }
 
 void ForEachCandidate(const Catalog& catalog, const SpaceOptions& space,
@@ -226,8 +237,7 @@ Evaluation Evaluate(const SearchProblem& p, const InstanceType& t, const Config&
   e.revocations = run.revocations;
   e.checkpoint_interval_s = run.checkpoint_interval_s;
   e.log_sigma = std::sqrt(step.log_sigma * step.log_sigma + steps.log_sigma * steps.log_sigma);
-  e.feasible = !(p.objective.deadline_h > 0 && e.hours > p.objective.deadline_h) &&
-               !(p.objective.budget_usd > 0 && e.cost > p.objective.budget_usd);
+  e.feasible = p.objective.Miss(e.hours, e.cost, e.log_sigma) <= 1;
   return e;
 }
 
@@ -254,9 +264,10 @@ SearchResult Search(const SearchProblem& p) {
         if (e.feasible) {
           ++r.feasible;
         } else if (std::isfinite(e.hours)) {
-          if (p.objective.deadline_h > 0 && e.hours > p.objective.deadline_h)
-            ++r.excluded_by_deadline;
-          if (p.objective.budget_usd > 0 && e.cost > p.objective.budget_usd) ++r.excluded_by_budget;
+          ObjectiveOptions deadline_only = p.objective, budget_only = p.objective;
+          deadline_only.budget_usd = budget_only.deadline_h = 0;
+          if (deadline_only.Miss(e.hours, e.cost, e.log_sigma) > 1) ++r.excluded_by_deadline;
+          if (budget_only.Miss(e.hours, e.cost, e.log_sigma) > 1) ++r.excluded_by_budget;
           best_excluded = std::min(best_excluded, e.Objective(p.objective.goal));
         }
         Rank rk = RankOf(e, p.objective);

@@ -103,7 +103,17 @@ struct ObjectiveOptions {
   Goal goal = Goal::kCost;  // minimise expected cost (USD) or expected time (hours)
   double deadline_h = 0;    // constraint: expected hours <= deadline (0 = none)
   double budget_usd = 0;    // constraint: expected cost <= budget (0 = none)
+  // Margin on the deadline and budget for the part of a run the job cannot correct. The job
+  // re-plans on what it measures, so an estimate that proves optimistic is corrected by a switch,
+  // except in the last `uncorrectable_h` hours (a switch plus a measurement): that part must fit
+  // at `constraint_sigmas` standard deviations of the candidate's log-normal estimate
+  // (Evaluation::log_sigma) above it. 0 hours = the median estimate fits. Both >= 0.
+  double uncorrectable_h = 0;
+  double constraint_sigmas = 1.0;
   bool IsValid(std::string* error) const;
+  // How far hours and cost (log-normal with `log_sigma`), margin included, reach into the
+  // deadline and budget: the larger of the two ratios (<= 1 meets both; 0 when there are none).
+  double Miss(double hours, double cost, double log_sigma) const;
 };
 
 // One evaluated candidate. Expected values include revocation overhead and the switch from the

@@ -38,7 +38,8 @@ struct Decision {
   bool measure = false;
   // How long a measuring window lasts: `measure_steps` steps of the configuration (at its true
   // step time) plus `measure_extra_s` seconds, i.e. the job's own cadence; 0 steps = the
-  // scenario's measure_s.
+  // scenario's measure_s. A policy with its own cadence (measure_steps > 0) also decides again
+  // that soon after every switch, as the live job does: it measures each configuration it runs.
   int measure_steps = 0;
   double measure_extra_s = 0;
   std::string why;  // what decided (shown in the schedule)
@@ -82,9 +83,10 @@ class Simulator {
     Decision d = policy(*this, s_.start, true);
     cur_ = d.config;
     Record(d, &r);
-    bool measuring = d.measure, first = true;
+    bool measuring = d.measure, first = true, switched = true;
     while (progress_ < s_.target_progress && t_h_ < kLimitHours) {
-      const double window = !measuring ? s_.decision_interval_s : MeasureWindow(d);
+      const bool soon = measuring || (switched && d.measure_steps > 0);
+      const double window = soon ? MeasureWindow(d) : s_.decision_interval_s;
       const double c0 = cost_;
       RunWindow(cur_, window, &r);
       if (measuring && !first) {
@@ -96,7 +98,8 @@ class Simulator {
       first = false;
       if (progress_ >= s_.target_progress) break;
       Decision next = policy(*this, cur_, false);
-      if (!(next.config == cur_)) {
+      switched = !(next.config == cur_);
+      if (switched) {
         const InstanceType& t = Type(next.config);
         const double sw =
             next.config.SameHardware(cur_) ? s_.cost.batch_switch_s : s_.cost.switch_s;

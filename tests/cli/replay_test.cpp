@@ -205,6 +205,22 @@ TEST(Replay, CloudtuneDecidesAtTheLiveRuntimesCadence) {
   EXPECT_NEAR(std::stod(ct.schedule[1]), first_h, 0.006) << ct.schedule[1];
   // Every policy's schedule is recorded; the fixed one never changes.
   EXPECT_EQ(Find(res, "fixed-on-demand").schedule.size(), 1u);
+
+  // After a switch the job measures the configuration it now runs and decides again at the same
+  // cadence, not after the scenario's decision interval: ncf's batch grows in quick steps (each
+  // at most max_batch_growth x what it has run) to the batch the oracle uses from the start.
+  const Scenario ncf = LoadScenario(kScenarios + "/pollux-ncf-measured.json");
+  const PolicyResult ct_ncf = Find(RunReplay(ncf, 1), "cloudtune");
+  ASSERT_GE(ct_ncf.schedule.size(), 4u);
+  int quick = 0;
+  for (size_t i = 1; i + 1 < ct_ncf.schedule.size(); ++i) {
+    if (ct_ncf.schedule[i].find("(measuring)") != std::string::npos) continue;
+    const double gap = std::stod(ct_ncf.schedule[i + 1]) - std::stod(ct_ncf.schedule[i]);
+    EXPECT_LT(gap, ncf.decision_interval_s / 3600 / 2) << ct_ncf.schedule[i];
+    ++quick;
+  }
+  EXPECT_GE(quick, 2);
+  EXPECT_NE(ct_ncf.schedule.back().find("= 23212"), std::string::npos) << ct_ncf.schedule.back();
 }
 
 TEST(Replay, CloudtuneBeatsFixedOnDemand) {

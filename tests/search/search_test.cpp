@@ -122,6 +122,46 @@ TEST(Search, RespectsDeadlineAndBudget) {
   ASSERT_TRUE(r.top[0].feasible);
   EXPECT_LE(r.top[0].cost, p.objective.budget_usd);
   EXPECT_TRUE(r.top[0].config == BruteForce(p, true).config);
+  // The margin covers the part of a run the job cannot correct: the last uncorrectable_h hours
+  // must fit constraint_sigmas standard deviations above the estimate.
+  ObjectiveOptions o;
+  o.deadline_h = 10;
+  o.budget_usd = 100;
+  EXPECT_DOUBLE_EQ(o.Miss(9, 50, 0.2), 0.9);  // no uncorrectable part: the median
+  o.uncorrectable_h = 1;
+  const double extra = std::exp(0.2) - 1;
+  EXPECT_DOUBLE_EQ(o.Miss(9, 50, 0.2), (9 + extra) / 10);          // 1 h of the 9 h
+  EXPECT_DOUBLE_EQ(o.Miss(0.5, 95, 0.2), 95 * (1 + extra) / 100);  // all of a 0.5 h run
+  EXPECT_GT(o.Miss(0.5, 95, 0.2), 1);                              // fits only at the median
+  o.constraint_sigmas = 0;
+  EXPECT_DOUBLE_EQ(o.Miss(0.5, 95, 0.2), 0.95);
+  o.constraint_sigmas = -1;
+  std::string err;
+  EXPECT_FALSE(o.IsValid(&err));
+  EXPECT_EQ(err, "constraint_sigmas must be >= 0");
+  o.constraint_sigmas = 1;
+  o.uncorrectable_h = NAN;
+  EXPECT_FALSE(o.IsValid(&err));
+  EXPECT_EQ(err, "uncorrectable_h must be >= 0");
+  // In the search, the fastest candidate that fits the budget only at its median is excluded
+  // when all of its run is uncorrectable.
+  const Predictor plain = p.predictor;
+  p.predictor.steps = [&plain](double b) { return Estimate{plain.steps(b).value, 0.2}; };
+  p.objective = {};
+  p.objective.goal = Goal::kTime;
+  p.objective.budget_usd = cheapest.cost * 1.5;
+  const Evaluation at_median = Search(p).top[0];
+  ASSERT_TRUE(at_median.feasible);
+  EXPECT_NEAR(at_median.log_sigma, 0.2, 1e-12);
+  p.objective.budget_usd = at_median.cost * 1.0001;
+  p.objective.uncorrectable_h = 1e6;
+  r = Search(p);
+  ASSERT_TRUE(r.top[0].feasible);
+  EXPECT_FALSE(r.top[0].config == at_median.config);
+  EXPECT_LE(r.top[0].cost * std::exp(0.2), p.objective.budget_usd);
+  EXPECT_GT(r.excluded_by_budget, 0u);
+  p.predictor = plain;
+  p.objective = {};
   // Space limits.
   p.space.max_nodes = 2;
   p.space.max_gpus = 4;
