@@ -182,7 +182,7 @@ Recommendation Decide(const SearchProblem& problem, const RecommendOptions& opti
         << (problem.objective.budget_usd > 0 ? "budget" : "");
     if (problem.objective.constraint_sigmas > 0)
       why << " with a " << problem.objective.constraint_sigmas << "-sigma margin";
-    why << ": proposing the one that misses them least";
+    why << ": proposing the one most likely to meet them";
     r.action = r.has_current && r.best.config == r.current.config ? Recommendation::Action::kKeep
                                                                   : Recommendation::Action::kSwitch;
   } else if (!r.has_current) {

@@ -24,7 +24,7 @@ struct Rank {
 
 Rank RankOf(const Evaluation& e, const ObjectiveOptions& o) {
   if (e.feasible) return {0, e.Objective(o.goal)};
-  return {1, o.Miss(e.hours, e.cost, e.log_sigma)};
+  return {1, o.MissSigmas(e.hours, e.cost, e.log_sigma)};
 }
 
 void CheckProblem(const SearchProblem& p) {
@@ -171,6 +171,10 @@ double ObjectiveOptions::Miss(double hours, double cost, double log_sigma) const
   if (deadline_h > 0) miss = std::max(miss, hours * extra / deadline_h);
   if (budget_usd > 0) miss = std::max(miss, cost * extra / budget_usd);
   return miss;
+}
+
+double ObjectiveOptions::MissSigmas(double hours, double cost, double log_sigma) const {
+  return std::log(Miss(hours, cost, log_sigma)) / std::max(log_sigma, 1e-3);
 }
 
 void ForEachCandidate(const Catalog& catalog, const SpaceOptions& space,

@@ -114,6 +114,10 @@ struct ObjectiveOptions {
   // How far hours and cost (log-normal with `log_sigma`), margin included, reach into the
   // deadline and budget: the larger of the two ratios (<= 1 meets both; 0 when there are none).
   double Miss(double hours, double cost, double log_sigma) const;
+  // How unlikely a candidate that misses is to meet them after all: log(Miss) in standard
+  // deviations of its estimate (log_sigma, at least 0.001). Candidates that miss rank by it, so
+  // the proposal when none meets them is the one most likely to.
+  double MissSigmas(double hours, double cost, double log_sigma) const;
 };
 
 // One evaluated candidate. Expected values include revocation overhead and the switch from the

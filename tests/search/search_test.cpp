@@ -160,6 +160,41 @@ TEST(Search, RespectsDeadlineAndBudget) {
   EXPECT_FALSE(r.top[0].config == at_median.config);
   EXPECT_LE(r.top[0].cost * std::exp(0.2), p.objective.budget_usd);
   EXPECT_GT(r.excluded_by_budget, 0u);
+  // When none meets them, the proposal is the candidate most likely to (the fewest standard
+  // deviations over), not the one with the smallest median miss: here the fast V100 candidates
+  // are sure to miss, the T4 ones only likely to.
+  p.predictor.steps = plain.steps;
+  p.predictor.step_time = [&plain](const InstanceType& t, const Config& cfg) {
+    return Estimate{plain.step_time(t, cfg).value, t.gpu_model == "V100" ? 0.01 : 0.5};
+  };
+  p.objective = {};
+  const Evaluation fastest = [&] {
+    SearchProblem q = p;
+    q.objective.goal = Goal::kTime;
+    return Search(q).top[0];
+  }();
+  ASSERT_EQ(p.catalog->types[p.catalog->Find(fastest.config.type)].gpu_model, "V100");
+  p.objective.deadline_h = 0.9 * fastest.hours;
+  r = Search(p);
+  ASSERT_FALSE(r.top[0].feasible);
+  Evaluation least_miss, most_likely;
+  double best_miss = INFINITY, best_sigmas = INFINITY;
+  ForEachCandidate(c, p.space, [&](const InstanceType&, const Config& base) {
+    for (Purchase pu : {Purchase::kOnDemand, Purchase::kSpot, Purchase::kAnchor}) {
+      if (pu == Purchase::kAnchor && base.nodes < 2) continue;
+      Config cfg = base;
+      cfg.purchase = pu;
+      const Evaluation e = Evaluate(p, cfg);
+      const double miss = p.objective.Miss(e.hours, e.cost, e.log_sigma);
+      const double sig = p.objective.MissSigmas(e.hours, e.cost, e.log_sigma);
+      if (miss < best_miss) best_miss = miss, least_miss = e;
+      if (sig < best_sigmas) best_sigmas = sig, most_likely = e;
+    }
+  });
+  EXPECT_TRUE(r.top[0].config == most_likely.config)
+      << r.top[0].config.ToString() << " vs " << most_likely.config.ToString();
+  EXPECT_FALSE(r.top[0].config == least_miss.config) << least_miss.config.ToString();
+  EXPECT_EQ(c.types[c.Find(r.top[0].config.type)].gpu_model, "T4");
   p.predictor = plain;
   p.objective = {};
   // Space limits.
