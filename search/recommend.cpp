@@ -174,15 +174,11 @@ Recommendation Decide(const SearchProblem& problem, const RecommendOptions& opti
     }
     return s;
   };
-  ObjectiveOptions deadline_only = problem.objective;
-  deadline_only.budget_usd = 0;
   if (!r.best.feasible) {
     why << "no candidate meets the " << (problem.objective.deadline_h > 0 ? "deadline" : "")
         << (problem.objective.deadline_h > 0 && problem.objective.budget_usd > 0 ? " and " : "")
         << (problem.objective.budget_usd > 0 ? "budget" : "");
-    if (problem.objective.constraint_sigmas > 0)
-      why << " with a " << problem.objective.constraint_sigmas << "-sigma margin";
-    why << ": proposing the one most likely to meet them";
+    why << " (margin included): proposing the one most likely to meet them";
     r.action = r.has_current && r.best.config == r.current.config ? Recommendation::Action::kKeep
                                                                   : Recommendation::Action::kSwitch;
   } else if (!r.has_current) {
@@ -196,9 +192,8 @@ Recommendation Decide(const SearchProblem& problem, const RecommendOptions& opti
   } else if (!r.current.feasible) {
     r.action = Recommendation::Action::kSwitch;
     why << "constraint: the current configuration misses the "
-        << (deadline_only.Miss(r.current.hours, r.current.cost, r.current.log_sigma) > 1
-                ? "deadline"
-                : "budget")
+        << (problem.objective.DeadlineMiss(r.current.hours, r.current.log_sigma) > 1 ? "deadline"
+                                                                                     : "budget")
         << "; the best feasible one costs " << Value(goal, best_v);
   } else {
     const double cur_v = r.current.Objective(goal);

@@ -163,14 +163,24 @@ bool ObjectiveOptions::IsValid(std::string* error) const {
   return bad == nullptr;
 }
 
+namespace {
+// The factor on a run's hours and cost that over-runs its uncorrectable share by the margin.
+double MarginFactor(const ObjectiveOptions& o, double hours, double log_sigma) {
+  const double share = hours > 0 ? std::min(1.0, o.uncorrectable_h / hours) : 0.0;
+  return 1 + share * (std::exp(o.constraint_sigmas * std::max(0.0, log_sigma)) - 1);
+}
+}  // namespace
+
+double ObjectiveOptions::DeadlineMiss(double hours, double log_sigma) const {
+  return deadline_h > 0 ? hours * MarginFactor(*this, hours, log_sigma) / deadline_h : 0.0;
+}
+
+double ObjectiveOptions::BudgetMiss(double hours, double cost, double log_sigma) const {
+  return budget_usd > 0 ? cost * MarginFactor(*this, hours, log_sigma) / budget_usd : 0.0;
+}
+
 double ObjectiveOptions::Miss(double hours, double cost, double log_sigma) const {
-  // The uncorrectable share of the run, over-run by the margin.
-  const double share = hours > 0 ? std::min(1.0, uncorrectable_h / hours) : 0.0;
-  const double extra = 1 + share * (std::exp(constraint_sigmas * std::max(0.0, log_sigma)) - 1);
-  double miss = 0;
-  if (deadline_h > 0) miss = std::max(miss, hours * extra / deadline_h);
-  if (budget_usd > 0) miss = std::max(miss, cost * extra / budget_usd);
-  return miss;
+  return std::max(DeadlineMiss(hours, log_sigma), BudgetMiss(hours, cost, log_sigma));
 }
 
 double ObjectiveOptions::MissSigmas(double hours, double cost, double log_sigma) const {
@@ -268,10 +278,8 @@ SearchResult Search(const SearchProblem& p) {
         if (e.feasible) {
           ++r.feasible;
         } else if (std::isfinite(e.hours)) {
-          ObjectiveOptions deadline_only = p.objective, budget_only = p.objective;
-          deadline_only.budget_usd = budget_only.deadline_h = 0;
-          if (deadline_only.Miss(e.hours, e.cost, e.log_sigma) > 1) ++r.excluded_by_deadline;
-          if (budget_only.Miss(e.hours, e.cost, e.log_sigma) > 1) ++r.excluded_by_budget;
+          if (p.objective.DeadlineMiss(e.hours, e.log_sigma) > 1) ++r.excluded_by_deadline;
+          if (p.objective.BudgetMiss(e.hours, e.cost, e.log_sigma) > 1) ++r.excluded_by_budget;
           best_excluded = std::min(best_excluded, e.Objective(p.objective.goal));
         }
         Rank rk = RankOf(e, p.objective);

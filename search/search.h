@@ -112,7 +112,9 @@ struct ObjectiveOptions {
   double constraint_sigmas = 1.0;
   bool IsValid(std::string* error) const;
   // How far hours and cost (log-normal with `log_sigma`), margin included, reach into the
-  // deadline and budget: the larger of the two ratios (<= 1 meets both; 0 when there are none).
+  // deadline and the budget (<= 1 meets it; 0 when there is none), and the larger of the two.
+  double DeadlineMiss(double hours, double log_sigma) const;
+  double BudgetMiss(double hours, double cost, double log_sigma) const;
   double Miss(double hours, double cost, double log_sigma) const;
   // How unlikely a candidate that misses is to meet them after all: log(Miss) in standard
   // deviations of its estimate (log_sigma, at least 0.001). Candidates that miss rank by it, so

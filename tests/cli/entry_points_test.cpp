@@ -80,15 +80,18 @@ Outcome Cli() {
   return FromJson(nlohmann::json::parse(r.out));
 }
 
-// 3. The replay's cloudtune policy, on a scenario of that job.
-Outcome Replay() {
+// 3. The replay's cloudtune policy: its runtime, set up for a scenario of that job (which must
+// outlive it), and what the job has seen.
+replay::Scenario ReplayScenario() {
   replay::Scenario sc;
   sc.name = "entry-points";
   sc.catalog = search::DefaultCatalog();
   sc.candidates = runtime::CandidatesFromTrace(kConfigs, "g4dn.12xlarge");
   sc.target_progress = kTarget;
-  runtime::Runtime rt(replay::CloudtuneSetup(sc));
-  const core::Snapshot s = Measured();
+  return sc;
+}
+
+replay::JobView ReplayJob(const core::Snapshot& s) {
   replay::JobView job;
   job.measured = s.profile;
   job.noise = s.noise;
@@ -96,8 +99,13 @@ Outcome Replay() {
   job.current.nodes = 2;
   job.current.gpus_per_node = 4;
   job.current.local_bsz = 64;
-  const search::Recommendation r = replay::CloudtuneDecide(rt, job);
-  return FromJson(r.ToJson());
+  return job;
+}
+
+Outcome Replay() {
+  const replay::Scenario sc = ReplayScenario();
+  runtime::Runtime rt(replay::CloudtuneSetup(sc));
+  return FromJson(replay::CloudtuneDecide(rt, ReplayJob(Measured())).ToJson());
 }
 
 TEST(EntryPoints, LiveJobCliAndReplayRecommendTheSame) {
@@ -125,20 +133,10 @@ TEST(EntryPoints, LiveJobCliAndReplayRecommendTheSame) {
 // live runtime keeps them: at two batches or more the efficiency drift is fitted from them, so the
 // predicted steps change.
 TEST(EntryPoints, TheReplayPassesTheJobsNoiseHistory) {
-  replay::Scenario sc;
-  sc.name = "entry-points";
-  sc.catalog = search::DefaultCatalog();
-  sc.candidates = runtime::CandidatesFromTrace(kConfigs, "g4dn.12xlarge");
-  sc.target_progress = kTarget;
+  const replay::Scenario sc = ReplayScenario();
   runtime::Runtime rt(replay::CloudtuneSetup(sc));
   const core::Snapshot s = Measured();
-  replay::JobView job;
-  job.measured = s.profile;
-  job.noise = s.noise;
-  job.current.type = "g4dn.12xlarge";
-  job.current.nodes = 2;
-  job.current.gpus_per_node = 4;
-  job.current.local_bsz = 64;
+  replay::JobView job = ReplayJob(s);
   const search::Recommendation plain = replay::CloudtuneDecide(rt, job);
   // The noise scale grew fourfold between two batches the job ran.
   const double sqr = s.noise.grad_sqr, var = s.noise.grad_var;
