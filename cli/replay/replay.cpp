@@ -37,11 +37,13 @@ struct Decision {
   Config config;
   bool measure = false;
   // How long a measuring window lasts: `measure_steps` steps of the configuration (at its true
-  // step time) plus `measure_extra_s` seconds, i.e. the job's own cadence; 0 steps = the
-  // scenario's measure_s. A policy with its own cadence (measure_steps > 0) also decides again
-  // that soon after every switch, as the live job does: it measures each configuration it runs.
+  // step time; the warm-up included), or sooner once it spans `measure_seconds` and holds
+  // `min_steps` steps (0 = by steps only), i.e. the job's own cadence; 0 steps = the scenario's
+  // measure_s. A policy with its own cadence (measure_steps > 0) also decides again that soon
+  // after every switch, as the live job does: it measures each configuration it runs.
   int measure_steps = 0;
-  double measure_extra_s = 0;
+  double measure_seconds = 0;
+  int min_steps = 0;
   std::string why;  // what decided (shown in the schedule)
 };
 
@@ -155,7 +157,7 @@ class Simulator {
     return job;
   }
   // Runs a policy that sees only the job's view. It starts by measuring the start configuration
-  // for `first.measure_steps` steps plus `first.measure_extra_s` seconds (its own cadence).
+  // for as long as `first` says (its own cadence).
   PolicyResult RunBlind(const std::string& name, const Decision& first,
                         const std::function<Decision(const JobView&)>& policy) {
     return Run(name, [&](Simulator& sim, const Config& cur, bool is_first) -> Decision {
@@ -193,7 +195,10 @@ class Simulator {
   double MeasureWindow(const Decision& d) const {
     if (d.measure_steps <= 0) return s_.measure_s;
     const core::Measurement* m = Truth(cur_);
-    return d.measure_steps * (m ? m->step_time : 0.0) + d.measure_extra_s;
+    const double step = m ? m->step_time : 0.0;
+    const double by_steps = d.measure_steps * step;
+    if (!(d.measure_seconds > 0)) return by_steps;
+    return std::min(by_steps, std::max(d.measure_seconds, d.min_steps * step));
   }
 
   void Advance(double hours, double price) {
@@ -440,13 +445,16 @@ namespace {
 using Runner = std::function<void(const std::string&,
                                   const std::function<Decision(Simulator&, const Config&, bool)>&)>;
 
-// When the live runtime has its first recommendation for a configuration: after the warm-up and
-// one measurement record's steps, at the next background refit (at most refit_seconds later).
+// When the live runtime has its first recommendation for a configuration: at its first
+// measurement record (the warm-up and measure_every steps, or measure_seconds once the record has
+// kMinRecordSteps timed steps), since the tuner refits at once on the job's first record and on
+// the first record of a new configuration.
 Decision CloudtuneCadence(const runtime::Options& o) {
   Decision d;
   d.measure = true;
   d.measure_steps = o.warmup_steps + o.measure_every;
-  d.measure_extra_s = o.refit_seconds;
+  d.measure_seconds = o.measure_seconds;
+  d.min_steps = o.warmup_steps + runtime::kMinRecordSteps;
   return d;
 }
 

@@ -32,6 +32,8 @@ const std::vector<Field>& Fields() {
       {"instance_type", &Options::instance_type,
        "instance type (catalog name); local = ask the cloud's metadata, else the CUDA device"},
       {"measure_every", &Options::measure_every, "optimizer steps per measurement record"},
+      {"measure_seconds", &Options::measure_seconds,
+       "a record also closes after this many seconds once it has 5 timed steps (0 = by steps only)"},
       {"warmup_steps", &Options::warmup_steps,
        "steps ignored at start-up and after a configuration change"},
       {"gns_target_error", &Options::gns_target_error,
@@ -184,6 +186,8 @@ bool Options::IsValid(std::string* error) const {
   if (instance_type.find_first_of(",\"\n\r") != std::string::npos)
     return fail(&instance_type, "must not contain a comma, quote or newline");
   if (measure_every < 1) return fail(&measure_every, "must be >= 1 (steps)");
+  if (!(measure_seconds >= 0) || !std::isfinite(measure_seconds))
+    return fail(&measure_seconds, "must be >= 0 (seconds, 0 = by steps only)");
   if (warmup_steps < 0) return fail(&warmup_steps, "must be >= 0 (steps)");
   if (!(gns_target_error > 0) || !std::isfinite(gns_target_error))
     return fail(&gns_target_error, "must be > 0");

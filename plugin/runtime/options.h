@@ -16,6 +16,10 @@
 
 namespace cloudtune::runtime {
 
+// The fewest timed steps (after the warm-up) a record closed by measure_seconds holds: enough for a
+// step-time mean within a few percent (one step's scatter is ~5%) and a gradient-noise update.
+inline constexpr int kMinRecordSteps = 5;
+
 struct Options {
   // CLOUDTUNE=1 switches the plugin on; unset or 0 leaves every hook a no-op.
   bool enabled = false;
@@ -30,6 +34,12 @@ struct Options {
   std::string instance_type = "local";
   // Optimizer steps per `measurement` record (and per profile/tuner update).
   int measure_every = 50;
+  // A record also closes once it spans this many seconds (warm-up included) and holds at least
+  // kMinRecordSteps timed steps: a job whose steps take seconds hands the tuner its first data
+  // within about this long, not measure_every steps later (2.5 minutes at 3-second steps). Since
+  // the tuner refits at once on the first record and on a configuration change, this bounds how
+  // long a job runs its launch configuration unjudged. 0 = by steps only. >= 0.
+  double measure_seconds = 30;
   // Steps ignored after start-up and after every configuration change (warm-up, allocations).
   int warmup_steps = 3;
   // Gradient-noise smoothing (hooks/gns.h): the relative standard error the smoothed |G|^2 and

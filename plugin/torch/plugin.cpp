@@ -403,6 +403,7 @@ void Plugin::StepEnd(int64_t local_bsz, int64_t micro_steps) {
       have_config_ = true;
       warmup_left_ = opt_.warmup_steps;
       interval_begin_step_ = step_ - 1;
+      interval_begin_time_ = std::chrono::steady_clock::now();
     }
     if (have_pending_) {
       pending_.micro_batch = static_cast<double>(local_bsz);
@@ -422,7 +423,7 @@ void Plugin::StepEnd(int64_t local_bsz, int64_t micro_steps) {
       while (cuda_timer_.Poll(&s)) AddTiming(s);  // steps whose events completed
     }
 #endif
-    if (step_ - interval_begin_step_ >= opt_.measure_every) EndInterval();
+    if (step_ - interval_begin_step_ >= opt_.measure_every || RecordIsLongEnough()) EndInterval();
   } catch (const std::exception& e) {
     Fail("step_end", e.what());
   }
@@ -477,9 +478,17 @@ void Plugin::WriteProfile() {
   });
 }
 
+bool Plugin::RecordIsLongEnough() const {
+  if (!(opt_.measure_seconds > 0) || step_stats_.count() < runtime::kMinRecordSteps) return false;
+  const std::chrono::duration<double> spanned =
+      std::chrono::steady_clock::now() - interval_begin_time_;
+  return spanned.count() >= opt_.measure_seconds;
+}
+
 void Plugin::EndInterval() {
   const int64_t steps = step_ - interval_begin_step_;
   interval_begin_step_ = step_;
+  interval_begin_time_ = std::chrono::steady_clock::now();
   if (steps <= 0) return;
   const hooks::GnsState g = gns_.State();
   const double window = step_stats_.count() ? step_stats_.mean() * step_stats_.count() : 0;

@@ -12,6 +12,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -111,6 +112,8 @@ class Plugin {
   void Fail(const char* where, const std::string& what);
   void Log(const std::string& line) const;
   void EndInterval();
+  // Whether the open record has spanned measure_seconds with kMinRecordSteps timed steps.
+  bool RecordIsLongEnough() const;
   void AddTiming(const hooks::StepSample& s);
   core::ConfigKey KeyFor(int64_t local_bsz, int64_t micro_steps) const;
   nlohmann::json ConfigJson(const core::ConfigKey& k) const;
@@ -161,6 +164,7 @@ class Plugin {
   hooks::RunningStats step_stats_, sync_stats_, compute_stats_;
   double interval_samples_ = 0;
   int64_t interval_begin_step_ = 0;
+  std::chrono::steady_clock::time_point interval_begin_time_{};  // for measure_seconds
   // Profile, per configuration.
   mutable std::mutex profile_mu_;
   std::map<core::ConfigKey, ConfigStats> configs_;

@@ -5,9 +5,11 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "cloudtune/cloudtune.h"
 #include "estimator/core/trace.h"
@@ -120,6 +122,53 @@ TEST(Plugin, SingleReplicaRecordsMeasurementsProfileAndBiasedNoise) {
   EXPECT_EQ(snaps[0]->step, 10);
   EXPECT_TRUE(snaps[2]->noise_valid);
   EXPECT_EQ(snaps[2]->profile.size(), 1u);
+}
+
+// Slow steps: a record closes once it spans measure_seconds and holds kMinRecordSteps timed steps,
+// long before measure_every steps.
+TEST(Plugin, SlowStepsCloseARecordByTime) {
+  auto dir = TempDir("by-time");
+  runtime::Options o = OnOptions(dir);
+  o.measure_every = 1000;
+  o.measure_seconds = 0.02;  // each step below sleeps 10 ms: the step count binds, not the clock
+  Plugin p(o);
+  ASSERT_TRUE(p.Start({0, 1, 0, 32, 1}));
+  const at::Tensor mean = at::full({100}, 0.05);
+  for (int i = 0; i < 30; ++i) {
+    p.StepBegin();
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    at::Tensor g = mean + 0.1 * at::randn(mean.sizes());
+    const double slot = p.GradsLocal({g});
+    p.SyncBegin();
+    p.SyncEnd();
+    p.GradsReduced({g}, slot);
+    p.StepEnd(32, 1);
+  }
+  p.Finish();
+  std::vector<int> at_steps;
+  for (const auto& r : Records(dir / "s.jsonl"))
+    if (r["kind"] == "measurement") at_steps.push_back(r["step"].get<int>());
+  // 2 warm-up steps, then a record every kMinRecordSteps timed steps; Finish closes the rest.
+  const std::vector<int> want = {2 + runtime::kMinRecordSteps, 2 + 2 * runtime::kMinRecordSteps,
+                                 2 + 3 * runtime::kMinRecordSteps, 2 + 4 * runtime::kMinRecordSteps,
+                                 2 + 5 * runtime::kMinRecordSteps, 30};
+  EXPECT_EQ(at_steps, want);
+
+  // measure_seconds = 0: by steps only, however slow.
+  auto dir0 = TempDir("by-steps");
+  runtime::Options o0 = OnOptions(dir0);
+  o0.measure_seconds = 0;
+  Plugin p0(o0);
+  ASSERT_TRUE(p0.Start({0, 1, 0, 32, 1}));
+  for (int i = 0; i < 15; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    Step(p0, mean, 0.1);
+  }
+  p0.Finish();
+  std::vector<int> at_steps0;
+  for (const auto& r : Records(dir0 / "s.jsonl"))
+    if (r["kind"] == "measurement") at_steps0.push_back(r["step"].get<int>());
+  EXPECT_EQ(at_steps0, (std::vector<int>{10, 15}));  // measure_every, then Finish
 }
 
 TEST(Plugin, NonFiniteGradientStepIsSkipped) {
