@@ -20,7 +20,7 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 // far they miss.
 std::pair<int, double> RankOf(const MixedEvaluation& e, const ObjectiveOptions& o) {
   if (e.feasible) return {0, e.Objective(o.goal)};
-  return {1, std::isfinite(e.hours) ? o.MissSigmas(e.hours, e.cost, e.log_sigma) : kInf};
+  return {1, std::isfinite(e.hours) ? o.ExpectedExcess(e.hours, e.cost, e.log_sigma) : kInf};
 }
 
 }  // namespace

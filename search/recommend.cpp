@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <iomanip>
+#include <limits>
 #include <memory>
 #include <set>
 #include <sstream>
@@ -144,6 +145,13 @@ Estimate ProfilePredictor::StepTime(const InstanceType& t, const Config& c) cons
   return {p.step_time, std::max(p.log_sigma, measured_sigma_)};
 }
 
+namespace {
+constexpr double kInfinity = std::numeric_limits<double>::infinity();
+double Excess(const ObjectiveOptions& o, const Evaluation& e) {
+  return o.ExpectedExcess(e.hours, e.cost, e.log_sigma);
+}
+}  // namespace
+
 Recommendation Decide(const SearchProblem& problem, const RecommendOptions& options,
                       const std::function<bool(const Config&)>& measured) {
   const Goal goal = problem.objective.goal;
@@ -178,9 +186,20 @@ Recommendation Decide(const SearchProblem& problem, const RecommendOptions& opti
     why << "no candidate meets the " << (problem.objective.deadline_h > 0 ? "deadline" : "")
         << (problem.objective.deadline_h > 0 && problem.objective.budget_usd > 0 ? " and " : "")
         << (problem.objective.budget_usd > 0 ? "budget" : "");
-    why << " (margin included): proposing the one most likely to meet them";
-    r.action = r.has_current && r.best.config == r.current.config ? Recommendation::Action::kKeep
-                                                                  : Recommendation::Action::kSwitch;
+    const double best_x = Excess(problem.objective, r.best);
+    const double cur_x = r.has_current ? Excess(problem.objective, r.current) : kInfinity;
+    if (r.has_current && (r.best.config == r.current.config ||
+                          cur_x - best_x <= options.hysteresis * cur_x)) {
+      // A switch that hardly lowers the expected excess (the switch itself included) is not made:
+      // estimates that all miss are noisy, and a switch every decision would only add switches.
+      r.action = Recommendation::Action::kKeep;
+      chosen = r.current;
+      why << " (margin included): keeping the current configuration, expected to miss them least"
+          << (r.best.config == r.current.config ? "" : " within the hysteresis");
+    } else {
+      r.action = Recommendation::Action::kSwitch;
+      why << " (margin included): proposing the one expected to miss them least";
+    }
   } else if (!r.has_current) {
     r.action = Recommendation::Action::kSwitch;
     why << GoalName(goal) << ": best predicted " << Value(goal, best_v) << constraint_note();
@@ -397,8 +416,23 @@ Recommendation Recommend(const RecommendRequest& req) {
   p.candidates = req.candidates;
   std::set<core::ConfigKey> keys;
   for (const auto& m : profile) keys.insert(m.key);
-  Recommendation r =
-      Decide(p, req.options, [&keys](const Config& c) { return keys.count(c.Key()) > 0; });
+  auto measured = [&keys](const Config& c) { return keys.count(c.Key()) > 0; };
+  Recommendation r = Decide(p, req.options, measured);
+  // A budget that nothing to be had now meets may still be met, or at least overrun less, by
+  // waiting for the spot capacity that is short (a spot cluster pays nothing while it waits):
+  // without a deadline to lose, wait.
+  if (!r.best.feasible && p.objective.budget_usd > 0 && !(p.objective.deadline_h > 0) &&
+      !p.space.wait_for_spot && !p.space.spot_nodes_available.empty()) {
+    SearchProblem w = p;
+    w.space.wait_for_spot = true;
+    Recommendation waiting = Decide(w, req.options, measured);
+    if (waiting.best.feasible ||
+        Excess(p.objective, waiting.proposed) < Excess(p.objective, r.proposed)) {
+      r = std::move(waiting);
+      r.reason = "waiting for spot capacity (nothing to be had now meets the budget): " + r.reason;
+      p.space.wait_for_spot = true;  // no mixed cluster either: waiting costs nothing
+    }
+  }
   for (const auto& type : predictor->model().types())
     r.throughput_models[type] = predictor->model().model(type).ToJson();
   // (Not while a spot shortage is waited out: waiting costs a spot cluster nothing.)

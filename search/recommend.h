@@ -45,7 +45,7 @@ struct RecommendOptions {
   double spent = 0;              // objective units (USD or hours) the job has spent so far
   double exploration_spent = 0;  // of which on measurements (windows and switches into them)
   // Candidates considered for a measurement: the best this many by predicted objective (those
-  // predicted to meet the deadline and budget first, then those most likely to meet them).
+  // predicted to meet the deadline and budget first, then those expected to miss them least).
   int explore_candidates = 48;
   double measured_sigma = 0.03;    // log uncertainty of a measured configuration's step time
   double steps_sigma_floor = 0.0;  // added in quadrature to the steps prediction

@@ -24,7 +24,7 @@ struct Rank {
 
 Rank RankOf(const Evaluation& e, const ObjectiveOptions& o) {
   if (e.feasible) return {0, e.Objective(o.goal)};
-  return {1, o.MissSigmas(e.hours, e.cost, e.log_sigma)};
+  return {1, o.ExpectedExcess(e.hours, e.cost, e.log_sigma)};
 }
 
 void CheckProblem(const SearchProblem& p) {
@@ -183,8 +183,22 @@ double ObjectiveOptions::Miss(double hours, double cost, double log_sigma) const
   return std::max(DeadlineMiss(hours, log_sigma), BudgetMiss(hours, cost, log_sigma));
 }
 
-double ObjectiveOptions::MissSigmas(double hours, double cost, double log_sigma) const {
-  return std::log(Miss(hours, cost, log_sigma)) / std::max(log_sigma, 1e-3);
+namespace {
+// E[(rho e^(sigma Z) - 1)+], Z standard normal: the expected excess of a log-normal ratio over 1.
+double LogNormalExcess(double rho, double sigma) {
+  if (!(rho > 0)) return 0;
+  if (!std::isfinite(rho)) return rho;
+  if (!(sigma > 1e-9)) return std::max(0.0, rho - 1);
+  const double d = std::log(rho) / sigma;
+  auto phi = [](double x) { return 0.5 * std::erfc(-x / std::sqrt(2.0)); };
+  return std::max(0.0, rho * std::exp(0.5 * sigma * sigma) * phi(d + sigma) - phi(d));
+}
+}  // namespace
+
+double ObjectiveOptions::ExpectedExcess(double hours, double cost, double log_sigma) const {
+  const double sigma = std::max(0.0, log_sigma);
+  return LogNormalExcess(DeadlineMiss(hours, sigma), sigma) +
+         LogNormalExcess(BudgetMiss(hours, cost, sigma), sigma);
 }
 
 void ForEachCandidate(const Catalog& catalog, const SpaceOptions& space,

@@ -116,10 +116,14 @@ struct ObjectiveOptions {
   double DeadlineMiss(double hours, double log_sigma) const;
   double BudgetMiss(double hours, double cost, double log_sigma) const;
   double Miss(double hours, double cost, double log_sigma) const;
-  // How unlikely a candidate that misses is to meet them after all: log(Miss) in standard
-  // deviations of its estimate (log_sigma, at least 0.001). Candidates that miss rank by it, so
-  // the proposal when none meets them is the one most likely to.
-  double MissSigmas(double hours, double cost, double log_sigma) const;
+  // The expected excess over the deadline and the budget, each relative to its limit, summed:
+  // E[(X / limit - 1)+] for X log-normal with median hours (cost) × the margin factor and
+  // `log_sigma` (0 when there is no constraint). Candidates that miss rank by it, so the proposal
+  // when none meets them is the one expected to be least late or over budget: past a deadline the
+  // fastest, past a budget the cheapest. It grows with log_sigma at a fixed median, so an
+  // uncertain candidate never ranks above an equally good certain one (a chance of meeting the
+  // constraint bought with ignorance is not a reason to switch).
+  double ExpectedExcess(double hours, double cost, double log_sigma) const;
 };
 
 // One evaluated candidate. Expected values include revocation overhead and the switch from the
