@@ -237,6 +237,41 @@ TEST(Replay, CloudtuneDecidesAtTheLiveRuntimesCadence) {
   EXPECT_NE(ct_ncf.schedule.back().find("= 23212"), std::string::npos) << ct_ncf.schedule.back();
 }
 
+// When early predictions say no configuration meets the deadline, the job moves to the one
+// expected to be least late and stays unless another is clearly less late: it neither bets on
+// its most uncertain candidates nor switches at every decision (a rule that did spent 200x the
+// oracle's cost in 68 switches here and missed the deadline).
+TEST(Replay, NoFeasibleCandidateEarlyDoesNotThrash) {
+  CLOUDTUNE_NEEDS_SHARED_DATA();
+  const Scenario s = LoadScenario(kScenarios + "/pollux-cifar10-deadline.json");
+  const auto res = RunReplay(s, 1);
+  const PolicyResult& ct = Find(res, "cloudtune");
+  const PolicyResult& oracle = Find(res, "oracle");
+  ASSERT_TRUE(oracle.deadline_met);
+  EXPECT_TRUE(ct.deadline_met) << ct.makespan_h << " h";
+  EXPECT_LE(ct.switches, 8);
+  EXPECT_LT(ct.cost, 5 * oracle.cost);
+  bool least_late = false;
+  for (const auto& line : ct.schedule)
+    least_late |= line.find("expected to miss them least") != std::string::npos;
+  EXPECT_TRUE(least_late);
+}
+
+// Under a budget, when the spot capacity is gone and on demand would overrun it, the job waits
+// for the capacity (a spot cluster pays nothing while it waits) instead of spending on demand.
+TEST(Replay, BudgetWaitsForSpotRatherThanOverrunOnDemand) {
+  CLOUDTUNE_NEEDS_SHARED_DATA();
+  const Scenario s = LoadScenario(kScenarios + "/pollux-imagenet-budget-spot16.json");
+  ASSERT_GT(s.objective.budget_usd, 0);
+  const PolicyResult ct = Find(RunReplay(s, 1), "cloudtune");
+  EXPECT_GT(ct.waited_h, 1.0);
+  EXPECT_LT(ct.cost, 1.25 * s.objective.budget_usd);  // 6.4x with on demand during the gaps
+  bool waited = false;
+  for (const auto& line : ct.schedule)
+    waited |= line.find("waiting for spot capacity") != std::string::npos;
+  EXPECT_TRUE(waited);
+}
+
 TEST(Replay, CloudtuneBeatsFixedOnDemand) {
   CLOUDTUNE_NEEDS_SHARED_DATA();
   Scenario s = LoadScenario(kScenarios + "/pollux-imagenet-g4dn.json");
