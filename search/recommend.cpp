@@ -189,7 +189,7 @@ Recommendation Decide(const SearchProblem& problem, const RecommendOptions& opti
     const double best_x = Excess(problem.objective, r.best);
     const double cur_x = r.has_current ? Excess(problem.objective, r.current) : kInfinity;
     if (r.has_current && (r.best.config == r.current.config ||
-                          cur_x - best_x <= options.hysteresis * cur_x)) {
+                          (std::isfinite(cur_x) && cur_x - best_x <= options.hysteresis * cur_x))) {
       // A switch that hardly lowers the expected excess (the switch itself included) is not made:
       // estimates that all miss are noisy, and a switch every decision would only add switches.
       r.action = Recommendation::Action::kKeep;

@@ -33,7 +33,7 @@ const std::vector<Field>& Fields() {
        "instance type (catalog name); local = ask the cloud's metadata, else the CUDA device"},
       {"measure_every", &Options::measure_every, "optimizer steps per measurement record"},
       {"measure_seconds", &Options::measure_seconds,
-       "a record also closes after this many seconds once it has 5 timed steps (0 = by steps only)"},
+       "a record also closes after this many seconds once it holds 5 timed steps (0 = off)"},
       {"warmup_steps", &Options::warmup_steps,
        "steps ignored at start-up and after a configuration change"},
       {"gns_target_error", &Options::gns_target_error,

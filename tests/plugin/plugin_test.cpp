@@ -149,9 +149,8 @@ TEST(Plugin, SlowStepsCloseARecordByTime) {
   for (const auto& r : Records(dir / "s.jsonl"))
     if (r["kind"] == "measurement") at_steps.push_back(r["step"].get<int>());
   // 2 warm-up steps, then a record every kMinRecordSteps timed steps; Finish closes the rest.
-  const std::vector<int> want = {2 + runtime::kMinRecordSteps, 2 + 2 * runtime::kMinRecordSteps,
-                                 2 + 3 * runtime::kMinRecordSteps, 2 + 4 * runtime::kMinRecordSteps,
-                                 2 + 5 * runtime::kMinRecordSteps, 30};
+  const int k = runtime::kMinRecordSteps;
+  const std::vector<int> want = {2 + k, 2 + 2 * k, 2 + 3 * k, 2 + 4 * k, 2 + 5 * k, 30};
   EXPECT_EQ(at_steps, want);
 
   // measure_seconds = 0: by steps only, however slow.

@@ -485,8 +485,8 @@ TEST(Decide, WhenNoneMeetsTheDeadlineSwitchesOnlyToTheClearlyLeastLate) {
   EXPECT_EQ(Decide(p, o, measured).action, Recommendation::Action::kKeep);
   // A current configuration within the hysteresis of the least late one is kept.
   p.current = &cur;
-  const double cur_x = p.objective.ExpectedExcess(r.current.hours, r.current.cost,
-                                                  r.current.log_sigma);
+  const double cur_x =
+      p.objective.ExpectedExcess(r.current.hours, r.current.cost, r.current.log_sigma);
   const double best_x = p.objective.ExpectedExcess(r.best.hours, r.best.cost, r.best.log_sigma);
   o.hysteresis = 1.01 * (cur_x - best_x) / cur_x;
   ASSERT_LT(o.hysteresis, 1);
