@@ -81,7 +81,10 @@ struct Recommendation {
   std::string reason;   // which constraint or term decided
   std::vector<Evaluation> alternatives;  // next-best configurations
   size_t evaluated = 0;                  // candidates evaluated
-  double expected_improvement = 0;       // of a measurement (objective units), when measuring
+  // Of a measurement (objective units), when measuring. When no candidate meets the deadline or
+  // budget: the expected reduction of the expected excess over them, converted to objective units
+  // at the measurement's own cost per unit of excess.
+  double expected_improvement = 0;
   double measurement_cost = 0;           // of that measurement (objective units)
   Goal goal = Goal::kCost;
   std::string catalog_source;

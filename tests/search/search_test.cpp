@@ -451,6 +451,17 @@ TEST(Decide, MeasuresUncertainTypeOnlyWhenItCanPayOff) {
   const Recommendation roomy = run(0.6, 500, {}, 0, 100 * r.best.cost);
   EXPECT_EQ(roomy.action, Recommendation::Action::kMeasure) << roomy.reason;
   EXPECT_NEAR(roomy.expected_improvement, r.expected_improvement, 1e-9 * r.expected_improvement);
+  // When nothing is predicted to meet the budget, measuring the uncertain type is the way to find
+  // out whether it would: the expected reduction of the excess over the budget pays for it.
+  const double tight = 0.8 * r.best.cost;
+  const Recommendation none = run(0.6, 500, {}, 0, tight);
+  ASSERT_FALSE(none.best.feasible) << none.reason;
+  EXPECT_EQ(none.action, Recommendation::Action::kMeasure) << none.reason;
+  EXPECT_EQ(none.proposed.config.type, "v100x4");
+  EXPECT_NE(none.reason.find("lowers the expected excess"), std::string::npos) << none.reason;
+  EXPECT_GT(none.expected_improvement, none.measurement_cost);
+  // ... but not when its projection is certain: nothing to learn.
+  EXPECT_NE(run(0.0, 500, {}, 0, tight).action, Recommendation::Action::kMeasure);
   std::string err;
   o.exploration_spent = o.spent + 1;
   EXPECT_FALSE(o.IsValid(&err));
