@@ -9,13 +9,12 @@
 #include <sstream>
 
 #include "estimator/core/error.h"
+#include "estimator/core/stats.h"
 #include "estimator/mixed_cluster.h"
 
 namespace cloudtune::search {
 
 namespace {
-
-double NormCdf(double x) { return 0.5 * std::erfc(-x / std::sqrt(2.0)); }
 
 nlohmann::json ConfigJson(const Config& c) {
   return {{"instance_type", c.type},          {"nodes", c.nodes},
@@ -108,8 +107,8 @@ double ExpectedImprovement(double incumbent, double median, double sigma, double
   const double u = std::min(incumbent / median, max_factor);
   if (sigma <= 1e-12) return u >= 1 ? std::max(0.0, incumbent - median) : 0.0;
   const double d = std::log(u) / sigma;
-  return std::max(
-      0.0, incumbent * NormCdf(d) - median * std::exp(0.5 * sigma * sigma) * NormCdf(d - sigma));
+  return std::max(0.0, incumbent * core::NormalCdf(d) -
+                           median * std::exp(0.5 * sigma * sigma) * core::NormalCdf(d - sigma));
 }
 
 namespace {
@@ -163,6 +162,23 @@ constexpr double kGaussW[] = {0.45714285714285713,  0.2401231786050127,   0.2401
                               0.030757123967586498, 0.030757123967586498, 0.0005482688559722184,
                               0.0005482688559722184};
 
+// What a measurement of e reveals: its step time only. The steps to the target (the statistical
+// efficiency at that batch) stay as uncertain, so a measurement resolves the step time's share of
+// e's uncertainty (Evaluate adds the two in quadrature). Returns that share; *steps_sigma the rest.
+double StepTimeSigma(const SearchProblem& p, const Evaluation& e, double* steps_sigma) {
+  *steps_sigma = p.predictor.steps(static_cast<double>(e.config.global_batch())).log_sigma;
+  return std::sqrt(std::max(0.0, e.log_sigma * e.log_sigma - *steps_sigma * *steps_sigma));
+}
+
+// Hours a measurement of e costs from `from`: going there and, should it disappoint, coming back,
+// and the measurement window charged in full (conservative: it also makes progress).
+double MeasurementHours(const SearchProblem& p, const RecommendOptions& options,
+                        const Evaluation& e, const Evaluation& from) {
+  const bool same_hw = e.config.SameHardware(from.config);
+  const double sw = 2 * (same_hw ? p.cost.batch_switch_s : p.cost.switch_s);
+  return (sw + options.measure_s) / 3600.0;
+}
+
 struct Exploration {
   const Evaluation* pick = nullptr;
   double gain = 0;    // expected reduction of the expected excess (relative units)
@@ -174,8 +190,8 @@ struct Exploration {
 // When no candidate is predicted to meet the deadline or budget, measuring an instance type the
 // job has not run may still find one that does: its step times are projected from other hardware
 // (uncertain by up to a factor e), while a measured type's are predicted within a few percent and
-// measuring more of it does not change what made every candidate miss. The
-// value of measuring e: its step time is revealed (log-normal with the step time's share of its
+// measuring more of it does not change what made every candidate miss. The value of measuring
+// e: its step time is revealed (log-normal with the step time's share of its
 // uncertainty; the steps to the target stay uncertain), and the job keeps whichever of e and the
 // incumbent is then expected to miss least; against it, what the measurement window and the
 // switches there and back add to the excess. The pick pays for itself explore_ratio times over,
@@ -195,10 +211,8 @@ Exploration ExploreTowardTheConstraints(const SearchProblem& p, const RecommendO
   double best_score = 0;
   for (const Evaluation& e : top) {
     if (measured_types.count(e.config.type) || !std::isfinite(e.hours)) continue;
-    const double steps_sigma =
-        p.predictor.steps(static_cast<double>(e.config.global_batch())).log_sigma;
-    const double step_sigma =
-        std::sqrt(std::max(0.0, e.log_sigma * e.log_sigma - steps_sigma * steps_sigma));
+    double steps_sigma = 0;
+    const double step_sigma = StepTimeSigma(p, e, &steps_sigma);
     if (!(step_sigma > 0)) continue;
     double after = 0;
     for (int i = 0; i < 7; ++i) {
@@ -206,9 +220,7 @@ Exploration ExploreTowardTheConstraints(const SearchProblem& p, const RecommendO
       after += kGaussW[i] * std::min(inc, o.ExpectedExcess(e.hours * f, e.cost * f, steps_sigma));
     }
     const double gain = inc - after;
-    const bool same_hw = e.config.SameHardware(incumbent.config);
-    const double sw = 2 * (same_hw ? p.cost.batch_switch_s : p.cost.switch_s);
-    const double t_h = (sw + options.measure_s) / 3600.0;
+    const double t_h = MeasurementHours(p, options, e, incumbent);
     const double cost_x = (o.deadline_h > 0 ? t_h / o.deadline_h : 0.0) +
                           (o.budget_usd > 0 ? t_h * e.price_per_hour / o.budget_usd : 0.0);
     const double cost = o.goal == Goal::kCost ? t_h * e.price_per_hour : t_h;
@@ -241,20 +253,11 @@ Exploration ExploreForTheObjective(const SearchProblem& p, const RecommendOption
     // than predicted; the expected improvement counts only the outcomes that meet them.
     const double miss = p.objective.Miss(e.hours, e.cost, e.log_sigma);
     const double max_factor = miss > 0 ? 1 / miss : kInfinity;
-    // A measurement reveals the step time only: the uncertainty of the steps to the target (the
-    // statistical efficiency at that batch) stays, so the expected improvement uses the step
-    // time's share of the uncertainty. (Evaluate adds the two in quadrature.)
-    const double steps_sigma =
-        p.predictor.steps(static_cast<double>(e.config.global_batch())).log_sigma;
-    const double step_sigma =
-        std::sqrt(std::max(0.0, e.log_sigma * e.log_sigma - steps_sigma * steps_sigma));
+    double steps_sigma = 0;
+    const double step_sigma = StepTimeSigma(p, e, &steps_sigma);
     const double ei = ExpectedImprovement(incumbent, v, step_sigma, max_factor);
     if (ei <= 0) continue;
-    // Going there and, if it disappoints, coming back; the measurement window is charged in full
-    // (conservative: it also makes progress).
-    const bool same_hw = e.config.SameHardware(chosen.config);
-    const double sw = 2 * (same_hw ? p.cost.batch_switch_s : p.cost.switch_s);
-    const double t_h = (sw + options.measure_s) / 3600.0;
+    const double t_h = MeasurementHours(p, options, e, chosen);
     const double mcost = goal == Goal::kCost ? t_h * e.price_per_hour : t_h;
     if (p.objective.Miss(chosen.hours + t_h, chosen.cost + t_h * e.price_per_hour,
                          chosen.log_sigma) > 1)

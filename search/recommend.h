@@ -85,7 +85,7 @@ struct Recommendation {
   // budget: the expected reduction of the expected excess over them, converted to objective units
   // at the measurement's own cost per unit of excess.
   double expected_improvement = 0;
-  double measurement_cost = 0;           // of that measurement (objective units)
+  double measurement_cost = 0;  // of that measurement (objective units)
   Goal goal = Goal::kCost;
   std::string catalog_source;
   // The throughput model fitted per measured instance type (ThroughputModel::ToJson), as the

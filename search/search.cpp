@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "estimator/core/error.h"
+#include "estimator/core/stats.h"
 
 namespace cloudtune::search {
 
@@ -190,8 +191,8 @@ double LogNormalExcess(double rho, double sigma) {
   if (!std::isfinite(rho)) return rho;
   if (!(sigma > 1e-9)) return std::max(0.0, rho - 1);
   const double d = std::log(rho) / sigma;
-  auto phi = [](double x) { return 0.5 * std::erfc(-x / std::sqrt(2.0)); };
-  return std::max(0.0, rho * std::exp(0.5 * sigma * sigma) * phi(d + sigma) - phi(d));
+  return std::max(
+      0.0, rho * std::exp(0.5 * sigma * sigma) * core::NormalCdf(d + sigma) - core::NormalCdf(d));
 }
 }  // namespace
 

@@ -27,4 +27,7 @@ inline double Quantile(std::vector<double> v, double q) {
   return v[lo] + (pos - static_cast<double>(lo)) * (v[hi] - v[lo]);
 }
 
+// Standard normal cumulative distribution function.
+inline double NormalCdf(double x) { return 0.5 * std::erfc(-x / std::sqrt(2.0)); }
+
 }  // namespace cloudtune::core
