@@ -57,6 +57,8 @@ bool MixedSearchOptions::IsValid(std::string* error) const {
   if (seeds < 2) return fail("seeds must be >= 2");
   for (const auto& [type, n] : available_nodes)
     if (n < 0) return fail("available_nodes[" + type + "] must be >= 0");
+  for (const auto& [type, n] : spot_nodes_available)
+    if (n < 0) return fail("spot_nodes_available[" + type + "] must be >= 0");
   return true;
 }
 
@@ -121,6 +123,18 @@ void Conclude(Goal g, MixedSearchResult* out) {
       << r.best_single->Objective(g);
   r.reason = why.str();
 }
+
+// Nodes of `type` to be had at `purchase`: the nodes available whatever the purchase, and for
+// spot (and an anchor's workers) the spot capacity too.
+int Available(const SearchProblem& p, const MixedSearchOptions& o, const std::string& type,
+              Purchase purchase) {
+  auto it = o.available_nodes.find(type);
+  int n = it == o.available_nodes.end() ? p.space.max_nodes : it->second;
+  auto spot = o.spot_nodes_available.find(type);
+  if (purchase != Purchase::kOnDemand && spot != o.spot_nodes_available.end())
+    n = std::min(n, spot->second);
+  return n;
+}
 }  // namespace
 
 MixedSearchResult SearchMixed(const SearchProblem& p, const SearchResult& single,
@@ -129,12 +143,15 @@ MixedSearchResult SearchMixed(const SearchProblem& p, const SearchResult& single
   if (!options.IsValid(&err)) throw InputError("mixed search: " + err);
   if (!p.catalog || !p.predictor.steps || !step) throw InputError("mixed search: no predictor");
   MixedSearchResult r;
-  auto available = [&](const std::string& type) {
-    auto it = options.available_nodes.find(type);
-    return it == options.available_nodes.end() ? p.space.max_nodes : it->second;
+  auto available = [&](const std::string& type, Purchase purchase) {
+    return Available(p, options, type, purchase);
+  };
+  auto fits = [&](const Config& c) {
+    return (c.purchase == Purchase::kAnchor ? c.nodes - 1 : c.nodes) <=
+           available(c.type, c.purchase);  // an anchor's on-demand node is not counted
   };
   for (const Evaluation& e : single.top)
-    if (e.config.nodes <= available(e.config.type)) {
+    if (fits(e.config)) {
       r.best_single = e;
       break;
     }
@@ -169,6 +186,10 @@ MixedSearchResult SearchMixed(const SearchProblem& p, const SearchResult& single
   };
   const Config& front = single.top.front().config;
   seeds.push_back({front.type, front.gpus_per_node, front.purchase, front.nodes});
+  // The preferred type itself on demand: the spot nodes to be had plus on-demand ones of the
+  // same hardware (no balancing needed, the type's own measurements apply).
+  if (front.purchase != Purchase::kOnDemand && p.space.allow_on_demand)
+    seeds.push_back({front.type, front.gpus_per_node, Purchase::kOnDemand, front.nodes});
   for (const Evaluation& e : single.top) add_batch(e.config.global_batch());
   std::vector<std::string> shortlist;
   auto list = [&](const std::string& t) {
@@ -196,13 +217,15 @@ MixedSearchResult SearchMixed(const SearchProblem& p, const SearchResult& single
   };
   for (const std::string& t : shortlist) {
     if (static_cast<int>(seeds.size()) >= options.seeds) break;
-    if (available(t) < 1) continue;
     SearchProblem q = p;
     q.space.types = {t};
-    q.space.max_nodes = std::min(p.space.max_nodes, available(t));
+    q.space.max_nodes = std::min(p.space.max_nodes, available(t, Purchase::kOnDemand));
+    for (const auto& [type, n] : options.spot_nodes_available)
+      q.space.spot_nodes_available[type] = n;
     q.candidates.clear();
+    if (q.space.max_nodes < 1) continue;
     for (const Config& c : p.candidates)
-      if (c.type == t) q.candidates.push_back(c);
+      if (c.type == t && c.nodes <= q.space.max_nodes) q.candidates.push_back(c);
     if (!p.candidates.empty() && q.candidates.empty()) continue;
     q.keep_top = 1;
     const SearchResult best = Search(q);
@@ -232,21 +255,26 @@ MixedSearchResult SearchMixed(const SearchProblem& p, const SearchResult& single
       }
     }
   };
+  // Nodes of a seed's type to be had at its purchase (the spot capacity limits spot nodes only).
+  auto can_have = [&](const Seed& x) { return available(x.type, x.purchase); };
+  auto same = [](const Seed& x, const Seed& y) {
+    return x.type == y.type && x.purchase == y.purchase;
+  };
   for (size_t a = 0; a < 1; ++a) {  // the preferred type keeps what it can get
-    const int have = std::min(available(seeds[a].type), seeds[a].wants);
+    const int have = std::min(available(seeds[a].type, seeds[a].purchase), seeds[a].wants);
     if (have >= seeds[a].wants || have < 1) continue;  // not short, or none to keep
     const MixedPart keep{seeds[a].type, have, seeds[a].gpus_per_node, seeds[a].purchase};
     for (size_t b = 0; b < seeds.size(); ++b) {
-      if (seeds[b].type == seeds[a].type) continue;
-      const int room = std::min(available(seeds[b].type), p.space.max_nodes - have);
+      if (same(seeds[b], seeds[a])) continue;
+      const int room = std::min(can_have(seeds[b]), p.space.max_nodes - have);
       for (int k = 1; k <= room; ++k) {
         const MixedPart fill{seeds[b].type, k, seeds[b].gpus_per_node, seeds[b].purchase};
         consider({{keep, fill}, 0});
         if (options.max_types < 3 || k != room) continue;
         // Three types: all of the second one's nodes, then a third.
         for (size_t c = 0; c < seeds.size(); ++c) {
-          if (seeds[c].type == seeds[a].type || seeds[c].type == seeds[b].type) continue;
-          const int room3 = std::min(available(seeds[c].type), p.space.max_nodes - have - k);
+          if (same(seeds[c], seeds[a]) || same(seeds[c], seeds[b])) continue;
+          const int room3 = std::min(can_have(seeds[c]), p.space.max_nodes - have - k);
           for (int j = 1; j <= room3; ++j)
             consider(
                 {{keep, fill, {seeds[c].type, j, seeds[c].gpus_per_node, seeds[c].purchase}}, 0});

@@ -2,13 +2,13 @@
 // cluster of two or three types, each with its own local batch (estimator/mixed_cluster.h).
 //
 // Candidates are not enumerated blindly. They start from the single-type search's best
-// candidates (SearchResult::top): for each of its distinct hardware choices whose type has fewer
-// nodes available than it wants, the cluster keeps every available node of that type and fills
-// up with nodes of the other types among the top candidates (each at its own GPUs per node and
-// purchase), at the global batches of the top candidates. A mixed cluster is priced per type and
-// purchase and exposed to each type's revocations; it is proposed only when it beats the best
-// single-type candidate the capacity allows by more than its added uncertainty (the difference of
-// the two log-sigmas' quadrature over the single one's).
+// candidates (SearchResult::top): when the best one's type has fewer nodes available than it
+// wants, the cluster keeps every available node of that type and fills up with nodes of the
+// preferred type on demand (when it wanted spot) or of the other types among the top candidates
+// (each at its own GPUs per node and purchase), at the global batches of the top candidates. A
+// mixed cluster is priced per type and purchase and exposed to each type's revocations; it is
+// proposed only when it beats the best single-type candidate the capacity allows by more than its
+// added uncertainty (the difference of the two log-sigmas' quadrature over the single one's).
 #pragma once
 
 #include <functional>
@@ -56,9 +56,13 @@ struct MixedEvaluation {
 
 struct MixedSearchOptions {
   int max_types = 2;  // types per cluster: 2 or 3
-  // Nodes of each type that can be had now (e.g. from spot capacity); a type not listed has
+  // Nodes of each type that can be had now, whatever the purchase; a type not listed has
   // SpaceOptions::max_nodes.
   std::map<std::string, int> available_nodes;
+  // Spot nodes of each type that can be had now (the spot capacity; on-demand nodes are not
+  // limited by it); a type not listed has no spot limit. Recommend passes the job's
+  // SpaceOptions::spot_nodes_available here.
+  std::map<std::string, int> spot_nodes_available;
   int seeds = 6;  // distinct hardware choices of the single-type top list combined (>= 2)
   // A single-type candidate found elsewhere that the capacity allows (e.g. a search with the spot
   // limits applied, on demand included): the mixed cluster must beat it too when it is better than

@@ -420,7 +420,26 @@ MixedSearchResult MixedAround(const SearchProblem& problem, const ProfilePredict
   for (const InstanceType& t : p.catalog->types)
     (*hardware)[t.name] = HardwareOf(*p.catalog, t.name);
   auto mixed = std::make_shared<estimator::MixedClusterPredictor>(predictor.model(), *hardware);
-  MixedStepFn step = [mixed, hardware](const MixedConfig& c) {
+  const ProfilePredictor* one = &predictor;
+  const Catalog* catalog = p.catalog;
+  MixedStepFn step = [mixed, hardware, one, catalog](const MixedConfig& c) {
+    // One hardware (spot and on-demand nodes of one type): the single-type prediction of the
+    // whole cluster, a measurement when the job has run it.
+    bool uniform = !c.parts.empty();
+    for (const MixedPart& m : c.parts)
+      uniform = uniform && m.type == c.parts[0].type && m.gpus_per_node == c.parts[0].gpus_per_node;
+    if (uniform && c.replicas() > 0) {
+      Config whole;
+      whole.type = c.parts[0].type;
+      whole.nodes = c.nodes();
+      whole.gpus_per_node = c.parts[0].gpus_per_node;
+      whole.local_bsz = static_cast<int>(std::max<long long>(1, c.global_batch / c.replicas()));
+      MixedStep s;
+      s.step = one->StepTime(catalog->types[catalog->Find(whole.type)], whole);
+      s.local_bsz.assign(c.parts.size(), whole.local_bsz);
+      s.global_batch = whole.global_batch();
+      return s;
+    }
     std::vector<estimator::ClusterPart> parts;
     for (const MixedPart& m : c.parts) parts.push_back({m.type, m.nodes, m.gpus_per_node});
     MixedStep s;
@@ -436,7 +455,7 @@ MixedSearchResult MixedAround(const SearchProblem& problem, const ProfilePredict
   };
   MixedSearchOptions mo;
   mo.max_types = options.mixed_max_types;
-  mo.available_nodes = problem.space.spot_nodes_available;
+  mo.spot_nodes_available = problem.space.spot_nodes_available;
   mo.baseline = best_available;  // the best single type the capacity allows
   return SearchMixed(p, single, step, mo);
 }

@@ -9,8 +9,10 @@
 #include <limits>
 #include <map>
 #include <random>
+#include <set>
 #include <sstream>
 
+#include "cli/replay/mixed_truth.h"
 #include "cli/replay/oracle.h"
 #include "estimator/core/error.h"
 #include "estimator/core/json_file.h"
@@ -45,6 +47,43 @@ struct Decision {
   double measure_seconds = 0;
   int min_steps = 0;
   std::string why;  // what decided (shown in the schedule)
+  // A mixed cluster to run instead of `config` (its parts and per-part local batches); `config`
+  // stays the single-type configuration the job reports as its own (the live snapshot has one
+  // type).
+  std::optional<MixedEvaluation> mixed;
+};
+
+bool SameMixed(const std::optional<MixedEvaluation>& a, const std::optional<MixedEvaluation>& b,
+               bool batches) {
+  if (!a || !b) return !a && !b;
+  const auto& pa = a->config.parts;
+  const auto& pb = b->config.parts;
+  if (pa.size() != pb.size()) return false;
+  for (size_t i = 0; i < pa.size(); ++i)
+    if (pa[i].type != pb[i].type || pa[i].nodes != pb[i].nodes ||
+        pa[i].gpus_per_node != pb[i].gpus_per_node || pa[i].purchase != pb[i].purchase)
+      return false;
+  return !batches || a->local_bsz == b->local_bsz;
+}
+
+// What one window runs: its true step time, prices and exposure (a single-type configuration or
+// a mixed cluster).
+struct Running {
+  double step_time = 0, sync_time = 0;
+  double price = 0;          // USD per hour while it runs
+  double waiting_price = 0;  // USD per hour while it waits for spot capacity
+  double hazard_rate = 0;    // revocations per hour drawn from the catalog (parts without a trace)
+  double catalog_rate = 0;   // the catalog's revocation rate of all parts (the job's checkpoints)
+  double checkpoint_s = 0, tau_s = 0;
+  double batch = 0;                                    // global batch
+  std::vector<std::pair<const SpotTrace*, int>> spot;  // spot nodes held of each traced type
+  // The hooks' step time is recorded in the job's profile under `key` (one hardware only: the
+  // profile is per single-type configuration).
+  bool observed = true;
+  core::ConfigKey key;
+  // A revocation ends the window (the job re-decides at once on the notice): a mixed cluster's
+  // on-demand nodes would idle, paid, while its spot part waits.
+  bool redecide_on_revocation = false;
 };
 
 class Simulator {
@@ -53,7 +92,8 @@ class Simulator {
       : s_(s),
         rng_(seed * 1000003ULL + std::hash<std::string>()(policy)),
         revocation_rng_(seed * 7919ULL + 17),
-        spot_offset_s_(static_cast<double>(seed) * s.spot_offset_s) {
+        spot_offset_s_(static_cast<double>(seed) * s.spot_offset_s),
+        mixed_truth_(s.catalog, s.traces) {
     next_revocation_ = std::exponential_distribution<double>(1.0)(revocation_rng_);
     for (const auto& m : s.traces) truth_[m.key] = &m;
     if (s.measured) metric_ = last_ckpt_metric_ = s.measured->StartMetric();
@@ -74,6 +114,20 @@ class Simulator {
 
   core::NoiseState NoiseAt(double progress) const { return s_.NoiseAt(progress); }
 
+  // Whether the replay can run the mixed cluster `m`: its step time composes from the
+  // measurements (cli/replay/mixed_truth.h) and its global batch lies within the measured steps.
+  bool CanRun(const MixedEvaluation& m) const {
+    if (!mixed_truth_.Step(m.config, m.local_bsz)) return false;
+    const double b = MixedBatch(m);
+    return !s_.measured || (b >= s_.measured->min_batch() && b <= s_.measured->max_batch());
+  }
+  static double MixedBatch(const MixedEvaluation& m) {
+    double b = 0;
+    for (size_t i = 0; i < m.config.parts.size() && i < m.local_bsz.size(); ++i)
+      b += static_cast<double>(m.config.parts[i].replicas()) * m.local_bsz[i];
+    return b;
+  }
+
   // Runs `policy` to the target.
   PolicyResult Run(
       const std::string& name,
@@ -89,8 +143,9 @@ class Simulator {
     while (progress_ < s_.target_progress && t_h_ < kLimitHours) {
       const bool soon = measuring || (switched && d.measure_steps > 0);
       const double window = soon ? MeasureWindow(d) : s_.decision_interval_s;
-      const double c0 = cost_;
-      RunWindow(cur_, window, &r);
+      const double c0 = cost_, h0 = t_h_;
+      RunWindow(Describe(cur_, mixed_), window, &r);
+      if (mixed_) r.mixed_hours += t_h_ - h0;
       if (measuring && !first) {
         r.exploration_cost += cost_ - c0;
         explore_h_ += window / 3600.0;
@@ -100,14 +155,16 @@ class Simulator {
       first = false;
       if (progress_ >= s_.target_progress) break;
       Decision next = policy(*this, cur_, false);
-      switched = !(next.config == cur_);
+      if (next.mixed && !CanRun(*next.mixed)) next.mixed.reset();  // not composable: not offered
+      switched =
+          next.mixed || mixed_ ? !SameMixed(next.mixed, mixed_, true) : !(next.config == cur_);
       if (switched) {
-        const InstanceType& t = Type(next.config);
-        const double sw =
-            next.config.SameHardware(cur_) ? s_.cost.batch_switch_s : s_.cost.switch_s;
+        double sw = s_.cost.switch_s;
+        if (!next.mixed && !mixed_ && next.config.SameHardware(cur_)) sw = s_.cost.batch_switch_s;
+        if (next.mixed && SameMixed(next.mixed, mixed_, false)) sw = s_.cost.batch_switch_s;
         const double c1 = cost_;
         Record(next, &r);  // when it was decided (the switch takes sw seconds from here)
-        Advance(sw / 3600.0, HourlyPrice(t, next.config.nodes, next.config.purchase));
+        Advance(sw / 3600.0, Describe(next.config, next.mixed).price);
         if (next.measure) {
           r.exploration_cost += cost_ - c1;
           explore_h_ += sw / 3600.0;
@@ -118,6 +175,8 @@ class Simulator {
         last_ckpt_metric_ = metric_;
         since_ckpt_s_ = 0;
         cur_ = next.config;
+        mixed_ = next.mixed;
+        if (mixed_) ++r.mixed_switches;
         running_ = waiting_ = false;
       }
       measuring = next.measure;
@@ -145,8 +204,10 @@ class Simulator {
       m.rows = o.n;
       job.measured.push_back(m);
     }
-    job.noise = s_.NoiseAt(progress_, static_cast<double>(cur.global_batch()));
+    job.noise = s_.NoiseAt(progress_,
+                           mixed_ ? MixedBatch(*mixed_) : static_cast<double>(cur.global_batch()));
     job.current = cur;
+    job.mixed = mixed_;
     job.progress = progress_;
     job.hours = t_h_;
     job.cost_usd = cost_;
@@ -187,15 +248,21 @@ class Simulator {
   // "HOURS h: CONFIG" at each change ("(measuring)" when the window measures it).
   void Record(const Decision& d, PolicyResult* r) const {
     std::ostringstream line;
-    line << std::fixed << std::setprecision(2) << t_h_ << " h: " << d.config.ToString()
-         << (d.measure ? " (measuring)" : "") << (d.why.empty() ? "" : ": " + d.why);
+    line << std::fixed << std::setprecision(2) << t_h_ << " h: ";
+    if (d.mixed) {
+      line << "mixed " << d.mixed->config.ToString() << " (local batches";
+      for (int b : d.mixed->local_bsz) line << " " << b;
+      line << ")";
+    } else {
+      line << d.config.ToString() << (d.measure ? " (measuring)" : "");
+    }
+    line << (d.why.empty() ? "" : ": " + d.why);
     r->schedule.push_back(line.str());
   }
 
   double MeasureWindow(const Decision& d) const {
     if (d.measure_steps <= 0) return s_.measure_s;
-    const core::Measurement* m = Truth(cur_);
-    const double step = m ? m->step_time : 0.0;
+    const double step = Describe(cur_, mixed_).step_time;
     const double by_steps = d.measure_steps * step;
     if (!(d.measure_seconds > 0)) return by_steps;
     return std::min(by_steps, std::max(d.measure_seconds, d.min_steps * step));
@@ -206,45 +273,93 @@ class Simulator {
     cost_ += hours * price;
   }
 
-  void RunWindow(const Config& c, double window_s, PolicyResult* r) {
-    const core::Measurement* m = Truth(c);
-    if (!m) throw InputError("replay: policy chose an untraced configuration " + c.ToString());
-    const InstanceType& t = Type(c);
-    const double price = HourlyPrice(t, c.nodes, c.purchase);
-    const double hazard_rate = ClusterRevocationRate(t, c.nodes, c.purchase);
-    const double ckpt =
-        c.purchase == Purchase::kAnchor ? s_.cost.anchor_checkpoint_s : s_.cost.checkpoint_s;
-    // Checkpoints at the Young/Daly interval of the catalog's rate (what the job can know).
-    const double tau_s = YoungDalyInterval(ckpt, hazard_rate);
-    const double batch = static_cast<double>(c.global_batch());
-    // Real spot capacity: the spot nodes this configuration holds, and what it pays while it
-    // waits for them (its on-demand anchor).
-    const SpotTrace* trace = nullptr;
-    int spot_nodes = 0;
-    if (c.purchase != Purchase::kOnDemand) {
-      auto it = s_.spot.find(c.type);
-      if (it != s_.spot.end()) {
-        trace = &it->second;
-        spot_nodes = c.purchase == Purchase::kSpot ? c.nodes : c.nodes - 1;
+  // What running `c` (or the mixed cluster `mixed`) means for one window. Throws InputError
+  // when the truth has no such configuration.
+  Running Describe(const Config& c, const std::optional<MixedEvaluation>& mixed) const {
+    Running run;
+    if (mixed) {
+      const auto step = mixed_truth_.Step(mixed->config, mixed->local_bsz);
+      if (!step) throw InputError("replay: a mixed cluster without a composable truth");
+      run.step_time = step->step_time;
+      run.sync_time = step->sync_time;
+      run.batch = MixedBatch(*mixed);
+      run.redecide_on_revocation = true;
+      const auto& parts = mixed->config.parts;
+      run.observed = true;  // spot and on-demand nodes of one hardware at one local batch
+      for (size_t i = 0; i < parts.size(); ++i)
+        run.observed = run.observed && parts[i].type == parts[0].type &&
+                       parts[i].gpus_per_node == parts[0].gpus_per_node &&
+                       mixed->local_bsz[i] == mixed->local_bsz[0];
+      if (run.observed) {
+        run.key.instance_type = parts[0].type;
+        run.key.num_nodes = mixed->config.nodes();
+        run.key.num_replicas = mixed->config.replicas();
+        run.key.local_bsz = mixed->local_bsz[0];
       }
+      for (const MixedPart& part : mixed->config.parts)
+        AddPart(part.type, part.nodes, part.purchase, &run);
+    } else {
+      const core::Measurement* m = Truth(c);
+      if (!m) throw InputError("replay: policy chose an untraced configuration " + c.ToString());
+      run.step_time = m->step_time;
+      run.sync_time = m->sync_time;
+      run.batch = static_cast<double>(c.global_batch());
+      run.key = c.Key();
+      AddPart(c.type, c.nodes, c.purchase, &run);
     }
-    const double rate = trace ? 0.0 : hazard_rate;  // revocations come from the trace
-    const double waiting_price =
-        c.purchase == Purchase::kAnchor ? HourlyPrice(t, 1, Purchase::kOnDemand) : 0.0;
+    // Checkpoints at the Young/Daly interval of the catalog's rate (what the job can know).
+    run.tau_s = YoungDalyInterval(run.checkpoint_s, run.catalog_rate);
+    return run;
+  }
+  // Adds one part's price, revocation exposure and spot capacity to `run`.
+  void AddPart(const std::string& type, int nodes, Purchase purchase, Running* run) const {
+    const InstanceType& t = s_.catalog.types[s_.catalog.Find(type)];
+    run->price += HourlyPrice(t, nodes, purchase);
+    const double rate = ClusterRevocationRate(t, nodes, purchase);
+    run->catalog_rate += rate;
+    run->checkpoint_s =
+        std::max(run->checkpoint_s, purchase == Purchase::kAnchor ? s_.cost.anchor_checkpoint_s
+                                                                  : s_.cost.checkpoint_s);
+    // Real spot capacity: the spot nodes this part holds, and what it pays while it waits for
+    // them (its on-demand anchor; an on-demand part of a mixed cluster keeps paying too).
+    auto it = s_.spot.find(type);
+    if (purchase == Purchase::kOnDemand || it == s_.spot.end()) {
+      run->hazard_rate += rate;  // revocations of a type without a trace: the catalog's rate
+      if (purchase == Purchase::kOnDemand) run->waiting_price += HourlyPrice(t, nodes, purchase);
+      return;
+    }
+    const int spot_nodes = purchase == Purchase::kSpot ? nodes : nodes - 1;
+    if (spot_nodes > 0) run->spot.emplace_back(&it->second, spot_nodes);
+    if (purchase == Purchase::kAnchor) run->waiting_price += HourlyPrice(t, 1, Purchase::kOnDemand);
+  }
+  // Whether every spot part has its nodes now.
+  bool SpotHeld(const Running& run) const {
+    for (const auto& [trace, nodes] : run.spot)
+      if (trace->Available(t_h_ * 3600, nodes, s_.spot_reading, spot_offset_s_) < nodes)
+        return false;
+    return true;
+  }
+
+  void RunWindow(const Running& run, double window_s, PolicyResult* r) {
+    const double price = run.price, rate = run.hazard_rate, ckpt = run.checkpoint_s;
+    const double tau_s = run.tau_s, batch = run.batch, waiting_price = run.waiting_price;
     // Time since the last checkpoint carries over from window to window (checkpoints follow the
     // Young/Daly interval of the running configuration, not the decision windows).
     double left = window_s;
     double& since_ckpt = since_ckpt_s_;
     while (left > 1e-9 && progress_ < s_.target_progress) {
       const double chunk = std::min(60.0, left);
-      if (trace && spot_nodes > 0) {
-        if (trace->Available(t_h_ * 3600, spot_nodes, s_.spot_reading, spot_offset_s_) <
-            spot_nodes) {
+      if (!run.spot.empty()) {
+        if (!SpotHeld(run)) {
           if (running_ && !waiting_) {  // the capacity it holds is gone: a revocation
             ++r->revocations;
             progress_ = last_ckpt_progress_;
             metric_ = last_ckpt_metric_;
             since_ckpt = 0;
+            if (run.redecide_on_revocation) {
+              waiting_ = true;
+              break;
+            }
           }
           waiting_ = true;
           Advance(chunk / 3600.0, waiting_price);
@@ -258,17 +373,17 @@ class Simulator {
       running_ = true;
       double dp, metric = metric_;
       if (s_.measured) {  // measured truth: the metric the runs reach in these steps
-        metric = s_.measured->MetricAfter(batch, metric_, chunk / m->step_time);
+        metric = s_.measured->MetricAfter(batch, metric_, chunk / run.step_time);
         dp = s_.ProgressAt(metric) - progress_;
       } else {
-        dp = chunk / m->step_time * estimator::Gain(NoiseAt(progress_), batch);
+        dp = chunk / run.step_time * estimator::Gain(NoiseAt(progress_), batch);
       }
       if (progress_ + dp >= s_.target_progress) {  // finishes inside this chunk
         double frac = dp > 0 ? (s_.target_progress - progress_) / dp : 1.0;
         if (s_.measured)  // exactly the steps the measured run at this batch needs
           frac = std::min(
               1.0, s_.measured->StepsBetween(batch, metric_, std::max(metric_, s_.target_metric)) *
-                       m->step_time / chunk);
+                       run.step_time / chunk);
         Advance(frac * chunk / 3600.0, price);
         progress_ = s_.target_progress;
         metric_ = std::max(metric_, s_.target_metric);
@@ -303,10 +418,12 @@ class Simulator {
     // What the hooks measured during the window: the mean step time with log-normal noise.
     std::normal_distribution<double> z(0.0, 1.0);
     const double noise = std::exp(s_.step_noise_sigma * z(rng_));
-    Observation& o = obs_[c.Key()];
-    o.sum += m->step_time * noise;
-    o.sync = m->sync_time * noise;
-    ++o.n;
+    if (run.observed) {
+      Observation& o = obs_[run.key];
+      o.sum += run.step_time * noise;
+      o.sync = run.sync_time * noise;
+      ++o.n;
+    }
     // The gradient statistics the hooks measured, at the batch it ran.
     const core::NoiseState ns = s_.NoiseAt(progress_, batch);
     noise_history_.push_back({batch, progress_, 0.0, ns.grad_sqr, ns.grad_var});
@@ -321,6 +438,7 @@ class Simulator {
   std::map<core::ConfigKey, Observation> obs_;
   std::vector<core::NoiseObservation> noise_history_;
   Config cur_;
+  std::optional<MixedEvaluation> mixed_;  // the mixed cluster it runs instead of cur_, if any
   double progress_ = 0, last_ckpt_progress_ = 0, t_h_ = 0, cost_ = 0;
   double explore_cost_ = 0, explore_h_ = 0;
   double since_ckpt_s_ = 0;                   // training seconds since the last checkpoint
@@ -328,6 +446,7 @@ class Simulator {
   double metric_ = 0, last_ckpt_metric_ = 0;  // measured truth: best validation metric reached
   bool running_ = false;  // the current configuration has run (a later loss is a revocation)
   bool waiting_ = false;  // waiting for spot capacity
+  MixedTruth mixed_truth_;
 };
 
 // A predictor that knows every trace (for the oracle and trace-informed baselines).
@@ -467,6 +586,13 @@ Decision CloudtunePolicy(const runtime::Runtime& tuner, const Decision& cadence,
   d.config = r.proposed.config;
   d.measure = r.action == Recommendation::Action::kMeasure;
   d.why = r.reason;
+  if (!d.measure && r.mixed && r.mixed->proposed && r.mixed->best) {
+    // A mixed cluster: the job keeps reporting its single-type configuration; a running cluster
+    // with the same hardware is kept (its balanced batches are not re-tuned at every decision).
+    d.config = job.current;
+    d.mixed = job.mixed && SameMixed(job.mixed, r.mixed->best, false) ? *job.mixed : *r.mixed->best;
+    d.why = "mixed: " + r.mixed->reason;
+  }
   return d;
 }
 
@@ -638,15 +764,20 @@ std::vector<PolicyResult> RunReplay(const Scenario& s, uint64_t seed, const Orac
   };
   // cloudtune: the runtime a live job runs, fed only the job's view (JobView); it starts by
   // measuring the start configuration.
-  const runtime::RuntimeSetup setup = CloudtuneSetup(s);
-  auto tuner = std::make_shared<runtime::Runtime>(setup);
-  {
-    Simulator sim(s, seed, "cloudtune");
+  auto run_cloudtune = [&](const std::string& name, int mixed_types) {
+    runtime::RuntimeSetup setup = CloudtuneSetup(s);
+    setup.options.mixed_types = mixed_types;
+    auto tuner = std::make_shared<runtime::Runtime>(setup);
+    Simulator sim(s, seed, "cloudtune");  // the same measurement noise: what differs is mixing
     const Decision cadence = CloudtuneCadence(setup.options);
-    out.push_back(sim.RunBlind("cloudtune", cadence, [tuner, cadence](const JobView& job) {
+    out.push_back(sim.RunBlind(name, cadence, [tuner, cadence](const JobView& job) {
       return CloudtunePolicy(*tuner, cadence, job);
     }));
-  }
+  };
+  run_cloudtune("cloudtune", runtime::Options{}.mixed_types);
+  std::set<std::string> types;
+  for (const Config& c : s.candidates) types.insert(c.type);
+  if (!s.spot.empty() && types.size() >= 2) run_cloudtune("cloudtune-one-type", 0);
   run("fixed-on-demand", [&](Simulator&, const Config&, bool) -> Decision {
     return {s.start, false};
   });

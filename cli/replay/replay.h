@@ -61,6 +61,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -123,8 +124,10 @@ struct PolicyResult {
   int measurements = 0;
   bool finished = true;                         // reached the target before the simulation limit
   bool deadline_met = true, budget_met = true;  // over the whole run (true when there is none)
-  double waited_h = 0;    // hours without the spot capacity its configuration needs
-  double cost_lower = 0;  // the oracle only: no schedule of its model costs less (USD)
+  double waited_h = 0;     // hours without the spot capacity its configuration needs
+  int mixed_switches = 0;  // switches into a mixed cluster (several instance types)
+  double mixed_hours = 0;  // hours it ran mixed clusters
+  double cost_lower = 0;   // the oracle only: no schedule of its model costs less (USD)
   // "HOURS h: CONFIG" at each change of configuration (the oracle only when its options record it)
   std::vector<std::string> schedule;
   std::vector<core::ConfigKey> configs_run;  // the configurations it ran (simulated policies)
@@ -134,9 +137,12 @@ struct PolicyResult {
 struct JobView {
   std::vector<core::Measurement> measured;  // its own noisy measurements, per configuration
   core::NoiseState noise;                   // gradient statistics at its current progress
-  Config current;                           // what it runs now
-  double progress = 0;                      // B0-steps made
-  double hours = 0, cost_usd = 0;           // spent so far
+  Config current;                           // what it runs now (the type it reports)
+  // The mixed cluster it runs instead of `current`, if it followed a mixed recommendation (the
+  // live snapshot has one type: `current` stays the last single-type configuration).
+  std::optional<MixedEvaluation> mixed;
+  double progress = 0;                                // B0-steps made
+  double hours = 0, cost_usd = 0;                     // spent so far
   double exploration_hours = 0, exploration_usd = 0;  // of which on measurements
   // Spot nodes per type it knows it can get now (requests refused, revocation notices).
   std::map<std::string, int> spot_nodes_available;
@@ -152,7 +158,14 @@ search::Recommendation CloudtuneDecide(const runtime::Runtime& rt, const JobView
 
 class Oracle;
 // Runs every policy on one seed. Deterministic for (scenario, seed).
-//  cloudtune          the runtime a live job runs (CloudtuneDecide), starting at the start;
+//  cloudtune          the runtime a live job runs (CloudtuneDecide), starting at the start; it
+//                     runs the mixed cluster the recommendation proposes (Recommendation::mixed,
+//                     when the spot capacity leaves a type short; its truth composed from the
+//                     measurements, cli/replay/mixed_truth.h, else not offered), keeps a running
+//                     one while the proposal has the same hardware, and otherwise runs the
+//                     single-type proposal;
+//  cloudtune-one-type the same runtime with mixed clusters off (scenarios with spot capacity
+//                     traces and several traced types only): what mixing saves;
 //  fixed-on-demand    the start configuration throughout;
 //  fixed-spot         the start configuration on spot, waiting out shortages and restarting;
 //  managed-spot       the start configuration on spot, failing over to on demand at a decision

@@ -64,7 +64,43 @@ struct Totals {
   std::vector<double> vs_hindsight_fixed;  // cloudtune / best fixed configuration, cost goal
   std::vector<double> time_vs_oracle;      // cloudtune / oracle makespan, time goal
   int uniform_met_cloudtune_missed = 0;
+  // Mixed clusters: cloudtune / cloudtune-one-type cost (runs that have both), runs in which
+  // cloudtune ran a mixed cluster, and deadline or budget outcomes that differ.
+  std::vector<double> vs_one_type;
+  int mixed_runs = 0, one_type_met_mixed_missed = 0, mixed_met_one_type_missed = 0;
 };
+
+// One policy's result on one run, as the JSON output lists it.
+nlohmann::json PolicyJson(const replay::PolicyResult& r, double rel) {
+  nlohmann::json pj = {{"policy", r.policy},
+                       {"cost_usd", r.cost},
+                       {"makespan_h", r.makespan_h},
+                       {"switches", r.switches},
+                       {"revocations", r.revocations},
+                       {"measurements", r.measurements},
+                       {"exploration_cost_usd", r.exploration_cost},
+                       {"cost_vs_oracle", rel},
+                       {"finished", r.finished},
+                       {"deadline_met", r.deadline_met},
+                       {"budget_met", r.budget_met},
+                       {"waited_h", r.waited_h},
+                       {"mixed_switches", r.mixed_switches},
+                       {"mixed_hours", r.mixed_hours}};
+  if (r.policy == "oracle") pj["cost_lower_usd"] = r.cost_lower;
+  if (!r.schedule.empty()) pj["schedule"] = r.schedule;
+  return pj;
+}
+
+// cloudtune against the same runtime with mixed clusters off, on one run.
+void TallyMixed(const replay::PolicyResult& ct, const replay::PolicyResult& one_type, Totals* t) {
+  if (!(one_type.cost > 0)) return;
+  t->vs_one_type.push_back(ct.cost / one_type.cost);
+  if (ct.mixed_switches > 0) ++t->mixed_runs;
+  const bool ct_met = ct.deadline_met && ct.budget_met;
+  const bool one_met = one_type.deadline_met && one_type.budget_met;
+  if (ct_met && !one_met) ++t->mixed_met_one_type_missed;
+  if (!ct_met && one_met) ++t->one_type_met_mixed_missed;
+}
 
 // Prints the summary over runs; returns it as JSON.
 nlohmann::json PrintSummary(std::ostream& os, const Totals& t) {
@@ -99,21 +135,32 @@ nlohmann::json PrintSummary(std::ostream& os, const Totals& t) {
        << (t.vs_uniform.empty() ? NAN : Median(t.vs_uniform)) << "x (median of "
        << t.vs_uniform.size() << " runs with the same deadline outcome); uniform-progress met "
        << "where cloudtune missed: " << t.uniform_met_cloudtune_missed << "\n";
+  if (!t.vs_one_type.empty())
+    os << "  mixed clusters: cloudtune cost / cloudtune-one-type cost " << std::setprecision(3)
+       << Median(t.vs_one_type) << "x (median of " << t.vs_one_type.size() << " runs; min "
+       << *std::min_element(t.vs_one_type.begin(), t.vs_one_type.end()) << "x, max "
+       << *std::max_element(t.vs_one_type.begin(), t.vs_one_type.end()) << "x); ran a mixed "
+       << "cluster in " << t.mixed_runs << " runs; met where one-type missed "
+       << t.mixed_met_one_type_missed << ", missed where one-type met "
+       << t.one_type_met_mixed_missed << "\n";
   nlohmann::json miss = nlohmann::json::object();
   for (const auto& [policy, n] : t.misses) miss[policy] = n;
-  return {{"cloudtune_cost_vs_oracle_median", median_or_nan(t.rel_oracle)},
-          {"cloudtune_cost_vs_hindsight_fixed_median", median_or_nan(t.vs_hindsight_fixed)},
-          {"cloudtune_makespan_vs_oracle_time_goal_median", median_or_nan(t.time_vs_oracle)},
-          {"cloudtune_cost_vs_oracle_p90", p90},
-          {"cloudtune_saving_vs_fixed_median", Median(t.saving_fixed)},
-          {"cloudtune_saving_vs_fixed_spot_median",
-           t.saving_spot.empty() ? NAN : Median(t.saving_spot)},
-          {"cloudtune_exploration_share_median", Median(t.explore_share)},
-          {"missed_runs", miss},
-          {"cloudtune_missed_where_oracle_met", t.oracle_met_cloudtune_missed},
-          {"cloudtune_cost_vs_uniform_progress_median",
-           t.vs_uniform.empty() ? NAN : Median(t.vs_uniform)},
-          {"uniform_progress_met_where_cloudtune_missed", t.uniform_met_cloudtune_missed}};
+  return {
+      {"cloudtune_cost_vs_oracle_median", median_or_nan(t.rel_oracle)},
+      {"cloudtune_cost_vs_hindsight_fixed_median", median_or_nan(t.vs_hindsight_fixed)},
+      {"cloudtune_makespan_vs_oracle_time_goal_median", median_or_nan(t.time_vs_oracle)},
+      {"cloudtune_cost_vs_oracle_p90", p90},
+      {"cloudtune_saving_vs_fixed_median", Median(t.saving_fixed)},
+      {"cloudtune_saving_vs_fixed_spot_median",
+       t.saving_spot.empty() ? NAN : Median(t.saving_spot)},
+      {"cloudtune_exploration_share_median", Median(t.explore_share)},
+      {"missed_runs", miss},
+      {"cloudtune_missed_where_oracle_met", t.oracle_met_cloudtune_missed},
+      {"cloudtune_cost_vs_uniform_progress_median",
+       t.vs_uniform.empty() ? NAN : Median(t.vs_uniform)},
+      {"uniform_progress_met_where_cloudtune_missed", t.uniform_met_cloudtune_missed},
+      {"cloudtune_cost_vs_one_type_median", t.vs_one_type.empty() ? NAN : Median(t.vs_one_type)},
+      {"cloudtune_runs_with_a_mixed_cluster", t.mixed_runs}};
 }
 
 }  // namespace
@@ -177,6 +224,7 @@ void RegisterReplayCommand(CLI::App& app) {
         double oracle = 0, oracle_lower = 0, fixed = 0, fixed_spot = 0, cloudtune = 0, up = 0;
         double hindsight_fixed = 0, oracle_h = 0, cloudtune_h = 0;
         bool oracle_met = true, cloudtune_met = true, up_met = true;
+        const replay::PolicyResult *one_type = nullptr, *ct = nullptr;
         for (auto& r : res) {
           if (r.policy == "oracle") {
             oracle = r.cost, oracle_lower = r.cost_lower, oracle_h = r.makespan_h;
@@ -188,7 +236,10 @@ void RegisterReplayCommand(CLI::App& app) {
             cloudtune = r.cost, cloudtune_met = r.deadline_met, cloudtune_h = r.makespan_h;
           if (r.policy == "hindsight-fixed") hindsight_fixed = r.cost;
           if (r.policy == "uniform-progress") up = r.cost, up_met = r.deadline_met;
+          if (r.policy == "cloudtune-one-type") one_type = &r;
+          if (r.policy == "cloudtune") ct = &r;
         }
+        if (one_type && ct) TallyMixed(*ct, *one_type, &t);
         if (up > 0 && up_met == cloudtune_met) t.vs_uniform.push_back(cloudtune / up);
         const bool time_goal = s.objective.goal == core::Goal::kTime;
         if (time_goal && oracle_h > 0) t.time_vs_oracle.push_back(cloudtune_h / oracle_h);
@@ -227,21 +278,7 @@ void RegisterReplayCommand(CLI::App& app) {
                      : "-")
              << (r.finished ? "" : "  (did not finish)") << "\n";
           if (!(r.deadline_met && r.budget_met)) ++t.misses[r.policy];
-          nlohmann::json pj = {{"policy", r.policy},
-                               {"cost_usd", r.cost},
-                               {"makespan_h", r.makespan_h},
-                               {"switches", r.switches},
-                               {"revocations", r.revocations},
-                               {"measurements", r.measurements},
-                               {"exploration_cost_usd", r.exploration_cost},
-                               {"cost_vs_oracle", rel},
-                               {"finished", r.finished},
-                               {"deadline_met", r.deadline_met},
-                               {"budget_met", r.budget_met},
-                               {"waited_h", r.waited_h}};
-          if (r.policy == "oracle") pj["cost_lower_usd"] = r.cost_lower;
-          if (!r.schedule.empty()) pj["schedule"] = r.schedule;
-          run["policies"].push_back(pj);
+          run["policies"].push_back(PolicyJson(r, rel));
           if (r.policy == "cloudtune") {
             if (s.objective.goal != core::Goal::kTime) t.rel_oracle.push_back(rel);
             t.saving_fixed.push_back(1 - r.cost / fixed);

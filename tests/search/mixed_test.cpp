@@ -230,17 +230,40 @@ TEST(Mixed, RecommendReportsTheMixedSearchWhenSpotCapacityIsShort) {
   for (size_t i = 0; i < best.config.parts.size(); ++i)
     samples += static_cast<long long>(best.config.parts[i].replicas()) * best.local_bsz.at(i);
   EXPECT_EQ(samples, best.config.global_batch);
-  // It keeps the spot nodes of the preferred type that can be had (3) and fills up with another
-  // type; predicted cheaper than the best single type within the capacity, it is still not
-  // proposed: the unmeasured type's projection adds more uncertainty than the saving.
+  // It keeps the spot nodes of the preferred type that can be had (3) and fills up with the same
+  // (measured) type on demand, which the spot capacity does not limit: cheaper than the best
+  // single type within the capacity beyond its added uncertainty, it is proposed.
   ASSERT_TRUE(r.mixed->best_single.has_value());
   EXPECT_LT(best.cost, r.mixed->best_single->cost);
-  bool spot_kept = false;
-  for (const MixedPart& part : best.config.parts)
-    spot_kept |= part.purchase == Purchase::kSpot && part.nodes <= 3;
-  EXPECT_TRUE(spot_kept) << best.config.ToString();
-  EXPECT_FALSE(r.mixed->proposed) << r.mixed->reason;
+  ASSERT_EQ(best.config.parts.size(), 2u) << best.config.ToString();
+  EXPECT_EQ(best.config.parts[0].type, "g4dn.12xlarge");
+  EXPECT_EQ(best.config.parts[0].purchase, Purchase::kSpot);
+  EXPECT_EQ(best.config.parts[0].nodes, 3);
+  EXPECT_EQ(best.config.parts[1].type, "g4dn.12xlarge");
+  EXPECT_EQ(best.config.parts[1].purchase, Purchase::kOnDemand);
+  EXPECT_EQ(best.local_bsz[0], best.local_bsz[1]);  // one hardware: no balancing
+  EXPECT_TRUE(r.mixed->proposed) << r.mixed->reason;
   EXPECT_NE(r.mixed->reason.find("added uncertainty"), std::string::npos) << r.mixed->reason;
+  {  // Spot only: no single type meets the deadline with 3 spot nodes; it fills up with another
+     // type's spot nodes and proposes that, although the projection is uncertain.
+    RecommendRequest spot_only = req;
+    spot_only.options.space.allow_on_demand = false;
+    const Recommendation s = Recommend(spot_only);
+    ASSERT_TRUE(s.mixed && s.mixed->best && s.mixed->best_single);
+    std::cout << "spot only: " << s.mixed->best->config.ToString() << ": " << s.mixed->reason
+              << "\n";
+    EXPECT_FALSE(s.mixed->best_single->feasible);
+    EXPECT_TRUE(s.mixed->best->feasible);
+    bool other_type = false;
+    for (const MixedPart& part : s.mixed->best->config.parts) {
+      other_type |= part.type != "g4dn.12xlarge";
+      EXPECT_EQ(part.purchase, Purchase::kSpot);
+      EXPECT_LE(part.nodes, 3);
+    }
+    EXPECT_TRUE(other_type) << s.mixed->best->config.ToString();
+    EXPECT_TRUE(s.mixed->proposed);
+    EXPECT_EQ(s.mixed->reason, "no single type with the nodes available meets the constraints");
+  }
   const nlohmann::json j = r.ToJson();
   ASSERT_TRUE(j.contains("mixed"));
   EXPECT_EQ(j["mixed"]["proposed"], r.mixed->proposed);
