@@ -312,10 +312,21 @@ Recommendation Decide(const SearchProblem& problem, const RecommendOptions& opti
     why << "no candidate meets the " << (problem.objective.deadline_h > 0 ? "deadline" : "")
         << (problem.objective.deadline_h > 0 && problem.objective.budget_usd > 0 ? " and " : "")
         << (problem.objective.budget_usd > 0 ? "budget" : "");
+    // Among the candidates expected to miss about as little as the least-late one (within the
+    // hysteresis), the best by the objective: estimates that all miss differ by less than their
+    // noise, and between those the objective still counts (spot or on demand, say).
+    const double near_x = Excess(problem.objective, r.best) * (1 + options.hysteresis);
+    for (const Evaluation& e : sr.top)
+      if (!e.feasible && Excess(problem.objective, e) <= near_x &&
+          e.Objective(goal) < r.best.Objective(goal))
+        r.best = e;
+    chosen = r.best;
     const double best_x = Excess(problem.objective, r.best);
     const double cur_x = r.has_current ? Excess(problem.objective, r.current) : kInfinity;
-    if (r.has_current && (r.best.config == r.current.config ||
-                          (std::isfinite(cur_x) && cur_x - best_x <= options.hysteresis * cur_x))) {
+    const bool cur_near =
+        r.has_current && std::isfinite(cur_x) && cur_x - best_x <= options.hysteresis * cur_x &&
+        r.current.Objective(goal) <= r.best.Objective(goal) * (1 + options.hysteresis);
+    if (r.has_current && (r.best.config == r.current.config || cur_near)) {
       // A switch that hardly lowers the expected excess (the switch itself included) is not made:
       // estimates that all miss are noisy, and a switch every decision would only add switches.
       r.action = Recommendation::Action::kKeep;

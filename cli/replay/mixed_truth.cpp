@@ -20,6 +20,26 @@ double Line(double x, double x0, double y0, double x1, double y1) {
 
 }  // namespace
 
+double MixedBatch(const search::MixedEvaluation& m) {
+  double b = 0;
+  for (size_t i = 0; i < m.config.parts.size() && i < m.local_bsz.size(); ++i)
+    b += static_cast<double>(m.config.parts[i].replicas()) * m.local_bsz[i];
+  return b;
+}
+
+bool SameMixed(const std::optional<search::MixedEvaluation>& a,
+               const std::optional<search::MixedEvaluation>& b, bool batches) {
+  if (!a || !b) return !a && !b;
+  const auto& pa = a->config.parts;
+  const auto& pb = b->config.parts;
+  if (pa.size() != pb.size()) return false;
+  for (size_t i = 0; i < pa.size(); ++i)
+    if (pa[i].type != pb[i].type || pa[i].nodes != pb[i].nodes ||
+        pa[i].gpus_per_node != pb[i].gpus_per_node || pa[i].purchase != pb[i].purchase)
+      return false;
+  return !batches || a->local_bsz == b->local_bsz;
+}
+
 MixedTruth::MixedTruth(const search::Catalog& catalog, const std::vector<core::Measurement>& traces)
     : catalog_(catalog), traces_(traces) {}
 

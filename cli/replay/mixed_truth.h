@@ -34,6 +34,13 @@ struct MixedTruthStep {
   double sync_time = 0;  // of which the all-reduce
 };
 
+// Samples per optimizer step of a mixed cluster at its per-part local batches.
+double MixedBatch(const search::MixedEvaluation& m);
+// Whether two (optional) mixed clusters have the same parts (type, nodes, GPUs per node,
+// purchase) and, with `batches`, the same local batches; two empty ones are the same.
+bool SameMixed(const std::optional<search::MixedEvaluation>& a,
+               const std::optional<search::MixedEvaluation>& b, bool batches);
+
 class MixedTruth {
  public:
   // `traces`: the scenario's true step times (instance_type set).

@@ -47,24 +47,14 @@ struct Decision {
   double measure_seconds = 0;
   int min_steps = 0;
   std::string why;  // what decided (shown in the schedule)
+  // A revocation by the spot capacity ends the window and the policy decides at once (on the
+  // revocation notice); otherwise it waits for the capacity until its next decision.
+  bool redecide_on_revocation = false;
   // A mixed cluster to run instead of `config` (its parts and per-part local batches); `config`
   // stays the single-type configuration the job reports as its own (the live snapshot has one
   // type).
   std::optional<MixedEvaluation> mixed;
 };
-
-bool SameMixed(const std::optional<MixedEvaluation>& a, const std::optional<MixedEvaluation>& b,
-               bool batches) {
-  if (!a || !b) return !a && !b;
-  const auto& pa = a->config.parts;
-  const auto& pb = b->config.parts;
-  if (pa.size() != pb.size()) return false;
-  for (size_t i = 0; i < pa.size(); ++i)
-    if (pa[i].type != pb[i].type || pa[i].nodes != pb[i].nodes ||
-        pa[i].gpus_per_node != pb[i].gpus_per_node || pa[i].purchase != pb[i].purchase)
-      return false;
-  return !batches || a->local_bsz == b->local_bsz;
-}
 
 // What one window runs: its true step time, prices and exposure (a single-type configuration or
 // a mixed cluster).
@@ -121,13 +111,6 @@ class Simulator {
     const double b = MixedBatch(m);
     return !s_.measured || (b >= s_.measured->min_batch() && b <= s_.measured->max_batch());
   }
-  static double MixedBatch(const MixedEvaluation& m) {
-    double b = 0;
-    for (size_t i = 0; i < m.config.parts.size() && i < m.local_bsz.size(); ++i)
-      b += static_cast<double>(m.config.parts[i].replicas()) * m.local_bsz[i];
-    return b;
-  }
-
   // Runs `policy` to the target.
   PolicyResult Run(
       const std::string& name,
@@ -144,7 +127,9 @@ class Simulator {
       const bool soon = measuring || (switched && d.measure_steps > 0);
       const double window = soon ? MeasureWindow(d) : s_.decision_interval_s;
       const double c0 = cost_, h0 = t_h_;
-      RunWindow(Describe(cur_, mixed_), window, &r);
+      Running running = Describe(cur_, mixed_);
+      running.redecide_on_revocation |= d.redecide_on_revocation;
+      RunWindow(running, window, &r);
       if (mixed_) r.mixed_hours += t_h_ - h0;
       if (measuring && !first) {
         r.exploration_cost += cost_ - c0;
@@ -574,6 +559,8 @@ Decision CloudtuneCadence(const runtime::Options& o) {
   d.measure_steps = o.warmup_steps + o.measure_every;
   d.measure_seconds = o.measure_seconds;
   d.min_steps = o.warmup_steps + runtime::kMinRecordSteps;
+  // Waiting for spot capacity costs a deadline time: the job asks its tuner again on the notice.
+  d.redecide_on_revocation = o.deadline_hours > 0;
   return d;
 }
 

@@ -494,18 +494,33 @@ TEST(Decide, WhenNoneMeetsTheDeadlineSwitchesOnlyToTheClearlyLeastLate) {
   Config there = r.best.config;
   p.current = &there;
   EXPECT_EQ(Decide(p, o, measured).action, Recommendation::Action::kKeep);
-  // A current configuration within the hysteresis of the least late one is kept.
+  // Among those expected to miss about as little as the least late one (within the hysteresis),
+  // the cheapest: here the same hardware on spot (its revocations make it a little later).
+  const auto excess = [&](const Evaluation& e) {
+    return p.objective.ExpectedExcess(e.hours, e.cost, e.log_sigma);
+  };
+  RecommendOptions strict = o;
+  strict.hysteresis = 0;
   p.current = &cur;
-  const double cur_x =
-      p.objective.ExpectedExcess(r.current.hours, r.current.cost, r.current.log_sigma);
-  const double best_x = p.objective.ExpectedExcess(r.best.hours, r.best.cost, r.best.log_sigma);
-  o.hysteresis = 1.01 * (cur_x - best_x) / cur_x;
-  ASSERT_LT(o.hysteresis, 1);
-  const Recommendation kept = Decide(p, o, measured);
-  EXPECT_EQ(kept.action, Recommendation::Action::kKeep) << kept.reason;
-  EXPECT_TRUE(kept.proposed.config == cur);
-  EXPECT_NE(kept.reason.find("keeping the current configuration"), std::string::npos)
-      << kept.reason;
+  const Recommendation least = Decide(p, strict, measured);
+  ASSERT_FALSE(least.best.feasible);
+  EXPECT_LE(excess(least.best), excess(r.best));
+  EXPECT_LE(excess(r.best), (1 + o.hysteresis) * excess(least.best));
+  EXPECT_LT(r.best.cost, 0.5 * least.best.cost)
+      << r.best.config.ToString() << " vs " << least.best.config.ToString();
+  EXPECT_EQ(r.best.config.type, least.best.config.type);
+  EXPECT_EQ(r.best.config.nodes, least.best.config.nodes);
+  EXPECT_EQ(r.best.config.global_batch(), least.best.config.global_batch());
+  EXPECT_EQ(r.best.config.purchase, Purchase::kSpot);
+  // Running the least late one, it stays: the switch to spot would make it later by more than the
+  // hysteresis.
+  Config fastest = least.best.config;
+  p.current = &fastest;
+  const Recommendation stay = Decide(p, o, measured);
+  EXPECT_EQ(stay.action, Recommendation::Action::kKeep) << stay.reason;
+  EXPECT_TRUE(stay.proposed.config == fastest);
+  EXPECT_NE(stay.reason.find("keeping the current configuration"), std::string::npos)
+      << stay.reason;
 }
 
 TEST(Decide, ExpectedImprovementClosedForm) {
