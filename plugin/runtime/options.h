@@ -53,8 +53,9 @@ struct Options {
   // job has run (search::RecommendOptions::max_batch_growth). >= 1, or 0 = no bound.
   double max_batch_growth = 4;
   // Mixed clusters: when the spot capacity the job knows of leaves a type short, also search
-  // clusters of up to this many instance types, each with its own local batch, and report the
-  // best in the recommendation ("mixed"). 0 = off, 2 or 3.
+  // clusters of up to this many parts (the spot nodes to be had filled up with the same type on
+  // demand or with other types, each type with its own local batch), and report the best in the
+  // recommendation ("mixed"). 0 = off, 2 or 3.
   int mixed_types = 2;
   // With objective "cost" and no deadline, a shortage of spot capacity is waited out rather than
   // left for on demand or another type: a spot cluster pays nothing while it waits (as managed spot
