@@ -54,6 +54,7 @@ struct Decision {
   // stays the single-type configuration the job reports as its own (the live snapshot has one
   // type).
   std::optional<MixedEvaluation> mixed;
+  Config single;  // with `mixed`: what runs when the replay cannot run the mixed cluster
 };
 
 // What one window runs: its true step time, prices and exposure (a single-type configuration or
@@ -140,7 +141,11 @@ class Simulator {
       first = false;
       if (progress_ >= s_.target_progress) break;
       Decision next = policy(*this, cur_, false);
-      if (next.mixed && !CanRun(*next.mixed)) next.mixed.reset();  // not composable: not offered
+      if (next.mixed && !CanRun(*next.mixed)) {  // not composable: not offered
+        next.mixed.reset();
+        next.config = next.single;
+        next.why = "(the mixed cluster proposed cannot be composed from the traces) " + next.why;
+      }
       switched =
           next.mixed || mixed_ ? !SameMixed(next.mixed, mixed_, true) : !(next.config == cur_);
       if (switched) {
@@ -576,6 +581,7 @@ Decision CloudtunePolicy(const runtime::Runtime& tuner, const Decision& cadence,
   if (!d.measure && r.mixed && r.mixed->proposed && r.mixed->best) {
     // A mixed cluster: the job keeps reporting its single-type configuration; a running cluster
     // with the same hardware is kept (its balanced batches are not re-tuned at every decision).
+    d.single = d.config;
     d.config = job.current;
     d.mixed = job.mixed && SameMixed(job.mixed, r.mixed->best, false) ? *job.mixed : *r.mixed->best;
     d.why = "mixed: " + r.mixed->reason;
@@ -764,7 +770,14 @@ std::vector<PolicyResult> RunReplay(const Scenario& s, uint64_t seed, const Orac
   run_cloudtune("cloudtune", runtime::Options{}.mixed_types);
   std::set<std::string> types;
   for (const Config& c : s.candidates) types.insert(c.type);
-  if (!s.spot.empty() && types.size() >= 2) run_cloudtune("cloudtune-one-type", 0);
+  if (!s.spot.empty() && types.size() >= 2) {
+    if (out.front().mixed_switches > 0) {
+      run_cloudtune("cloudtune-one-type", 0);
+    } else {  // it ran no mixed cluster: the same runtime without them decides the same way
+      out.push_back(out.front());
+      out.back().policy = "cloudtune-one-type";
+    }
+  }
   run("fixed-on-demand", [&](Simulator&, const Config&, bool) -> Decision {
     return {s.start, false};
   });
