@@ -37,6 +37,12 @@ int MixedConfig::nodes() const {
   return n;
 }
 
+bool MixedConfig::OneHardware() const {
+  for (const auto& p : parts)
+    if (p.type != parts[0].type || p.gpus_per_node != parts[0].gpus_per_node) return false;
+  return !parts.empty();
+}
+
 std::string MixedConfig::ToString() const {
   std::ostringstream s;
   for (size_t i = 0; i < parts.size(); ++i) {

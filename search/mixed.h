@@ -34,6 +34,9 @@ struct MixedConfig {
   long long global_batch = 0;  // samples per optimizer step (no accumulation)
   int replicas() const;
   int nodes() const;
+  // All parts of one type and one number of GPUs per node (spot and on-demand nodes of one
+  // hardware): the cluster is a single-type configuration with mixed purchases.
+  bool OneHardware() const;
   std::string ToString() const;  // "2x g4dn.12xlarge spot + 1x p3.8xlarge on-demand, batch 512"
 };
 

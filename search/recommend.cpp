@@ -436,10 +436,7 @@ MixedSearchResult MixedAround(const SearchProblem& problem, const ProfilePredict
   MixedStepFn step = [mixed, hardware, one, catalog](const MixedConfig& c) {
     // One hardware (spot and on-demand nodes of one type): the single-type prediction of the
     // whole cluster, a measurement when the job has run it.
-    bool uniform = !c.parts.empty();
-    for (const MixedPart& m : c.parts)
-      uniform = uniform && m.type == c.parts[0].type && m.gpus_per_node == c.parts[0].gpus_per_node;
-    if (uniform && c.replicas() > 0) {
+    if (c.OneHardware() && c.replicas() > 0) {
       Config whole;
       whole.type = c.parts[0].type;
       whole.nodes = c.nodes();
@@ -551,8 +548,9 @@ Recommendation Recommend(const RecommendRequest& req) {
   // A budget that nothing to be had now meets may still be met, or at least overrun less, by
   // waiting for the spot capacity that is short (a spot cluster pays nothing while it waits):
   // without a deadline to lose, wait.
-  if (!r.best.feasible && p.objective.budget_usd > 0 && !(p.objective.deadline_h > 0) &&
-      !p.space.wait_for_spot && !p.space.spot_nodes_available.empty()) {
+  if (req.options.wait_for_spot_over_budget && !r.best.feasible && p.objective.budget_usd > 0 &&
+      !(p.objective.deadline_h > 0) && !p.space.wait_for_spot &&
+      !p.space.spot_nodes_available.empty()) {
     SearchProblem w = p;
     w.space.wait_for_spot = true;
     Recommendation waiting = Decide(w, req.options, measured);

@@ -53,6 +53,10 @@ struct RecommendOptions {
   // (space.spot_nodes_available) leaves a type short, also look for a cluster of up to this many
   // types, each with its own local batch, and report it (Recommendation::mixed). 0 = off; 2 or 3.
   int mixed_max_types = 2;
+  // With a budget and no deadline, when nothing to be had now meets the budget, also consider
+  // waiting out the spot shortage (a spot cluster pays nothing while it waits) and wait when that
+  // meets the budget or overruns it less. false = never.
+  bool wait_for_spot_over_budget = true;
   bool IsValid(std::string* error) const;
 };
 

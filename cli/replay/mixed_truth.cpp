@@ -27,6 +27,19 @@ double MixedBatch(const search::MixedEvaluation& m) {
   return b;
 }
 
+std::optional<core::ConfigKey> OneHardwareKey(const search::MixedConfig& c,
+                                              const std::vector<int>& local_bsz) {
+  if (!c.OneHardware() || local_bsz.size() != c.parts.size()) return std::nullopt;
+  for (int b : local_bsz)
+    if (b != local_bsz[0]) return std::nullopt;
+  core::ConfigKey k;
+  k.instance_type = c.parts[0].type;
+  k.num_nodes = c.nodes();
+  k.num_replicas = c.replicas();
+  k.local_bsz = local_bsz[0];
+  return k;
+}
+
 bool SameMixed(const std::optional<search::MixedEvaluation>& a,
                const std::optional<search::MixedEvaluation>& b, bool batches) {
   if (!a || !b) return !a && !b;
@@ -96,16 +109,9 @@ std::optional<MixedTruthStep> MixedTruth::Step(const search::MixedConfig& c,
   if (c.parts.empty() || local_bsz.size() != c.parts.size()) return std::nullopt;
   const int nodes = c.nodes();
   // One hardware at one local batch (spot and on-demand nodes of a type): the measured row.
-  bool uniform = true;
-  for (size_t i = 1; i < c.parts.size(); ++i)
-    uniform = uniform && c.parts[i].type == c.parts[0].type &&
-              c.parts[i].gpus_per_node == c.parts[0].gpus_per_node && local_bsz[i] == local_bsz[0];
-  if (uniform) {
+  if (const auto key = OneHardwareKey(c, local_bsz)) {
     for (const auto& m : traces_)
-      if (m.key.instance_type == c.parts[0].type && m.key.accum_steps == 0 &&
-          m.key.num_nodes == nodes && m.key.num_replicas == c.replicas() &&
-          m.key.local_bsz == local_bsz[0])
-        return MixedTruthStep{m.step_time, m.sync_time};
+      if (m.key == *key) return MixedTruthStep{m.step_time, m.sync_time};
   }
   double compute = 0, slowest_gbps = 0;
   for (size_t i = 0; i < c.parts.size(); ++i) {

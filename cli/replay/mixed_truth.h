@@ -36,6 +36,10 @@ struct MixedTruthStep {
 
 // Samples per optimizer step of a mixed cluster at its per-part local batches.
 double MixedBatch(const search::MixedEvaluation& m);
+// The single-type configuration a mixed cluster is when it is one hardware at one local batch
+// (spot and on-demand nodes of one type): its measured row and the hooks' profile key.
+std::optional<core::ConfigKey> OneHardwareKey(const search::MixedConfig& c,
+                                              const std::vector<int>& local_bsz);
 // Whether two (optional) mixed clusters have the same parts (type, nodes, GPUs per node,
 // purchase) and, with `batches`, the same local batches; two empty ones are the same.
 bool SameMixed(const std::optional<search::MixedEvaluation>& a,

@@ -72,9 +72,7 @@ struct Running {
   // profile is per single-type configuration).
   bool observed = true;
   core::ConfigKey key;
-  // A revocation ends the window (the job re-decides at once on the notice): a mixed cluster's
-  // on-demand nodes would idle, paid, while its spot part waits.
-  bool redecide_on_revocation = false;
+  bool redecide_on_revocation = false;  // Decision::redecide_on_revocation
 };
 
 class Simulator {
@@ -129,7 +127,7 @@ class Simulator {
       const double window = soon ? MeasureWindow(d) : s_.decision_interval_s;
       const double c0 = cost_, h0 = t_h_;
       Running running = Describe(cur_, mixed_);
-      running.redecide_on_revocation |= d.redecide_on_revocation;
+      running.redecide_on_revocation = d.redecide_on_revocation;
       RunWindow(running, window, &r);
       if (mixed_) r.mixed_hours += t_h_ - h0;
       if (measuring && !first) {
@@ -273,19 +271,9 @@ class Simulator {
       run.step_time = step->step_time;
       run.sync_time = step->sync_time;
       run.batch = MixedBatch(*mixed);
-      run.redecide_on_revocation = true;
-      const auto& parts = mixed->config.parts;
-      run.observed = true;  // spot and on-demand nodes of one hardware at one local batch
-      for (size_t i = 0; i < parts.size(); ++i)
-        run.observed = run.observed && parts[i].type == parts[0].type &&
-                       parts[i].gpus_per_node == parts[0].gpus_per_node &&
-                       mixed->local_bsz[i] == mixed->local_bsz[0];
-      if (run.observed) {
-        run.key.instance_type = parts[0].type;
-        run.key.num_nodes = mixed->config.nodes();
-        run.key.num_replicas = mixed->config.replicas();
-        run.key.local_bsz = mixed->local_bsz[0];
-      }
+      const auto key = OneHardwareKey(mixed->config, mixed->local_bsz);
+      run.observed = key.has_value();  // the profile is per single-type configuration
+      if (key) run.key = *key;
       for (const MixedPart& part : mixed->config.parts)
         AddPart(part.type, part.nodes, part.purchase, &run);
     } else {
@@ -585,6 +573,8 @@ Decision CloudtunePolicy(const runtime::Runtime& tuner, const Decision& cadence,
     d.config = job.current;
     d.mixed = job.mixed && SameMixed(job.mixed, r.mixed->best, false) ? *job.mixed : *r.mixed->best;
     d.why = "mixed: " + r.mixed->reason;
+    // Its on-demand nodes would idle, paid, while its spot part waits: decide again at once.
+    d.redecide_on_revocation = true;
   }
   return d;
 }

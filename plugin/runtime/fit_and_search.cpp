@@ -169,6 +169,7 @@ FitAndSearchOptions SearchOptionsFrom(const Options& options, const search::Cata
   fo.recommend.mixed_max_types = options.mixed_types;
   fo.recommend.space.wait_for_spot =
       options.wait_for_spot && goal == core::Goal::kCost && !(options.deadline_hours > 0);
+  fo.recommend.wait_for_spot_over_budget = options.wait_for_spot;
   fo.instance_type = options.instance_type;
   if (!options.candidates.empty())
     fo.candidates = CandidatesFromTrace(options.candidates, options.instance_type);

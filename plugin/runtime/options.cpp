@@ -47,7 +47,8 @@ const std::vector<Field>& Fields() {
       {"mixed_types", &Options::mixed_types,
        "instance types a mixed cluster may combine when spot capacity is short (0 = off, 2, 3)"},
       {"wait_for_spot", &Options::wait_for_spot,
-       "objective cost without a deadline: wait out spot shortages (0 = leave spot)"},
+       "without a deadline: wait out spot shortages (cost; a budget nothing else meets) (0 = leave "
+       "spot)"},
       {"refit_seconds", &Options::refit_seconds, "seconds between background refits"},
       {"objective", &Options::objective, "what the tuner minimises: cost or time"},
       {"deadline_hours", &Options::deadline_hours, "finish within this many hours (0 = none)"},

@@ -59,7 +59,9 @@ struct Options {
   int mixed_types = 2;
   // With objective "cost" and no deadline, a shortage of spot capacity is waited out rather than
   // left for on demand or another type: a spot cluster pays nothing while it waits (as managed spot
-  // does). false = move to what can be had now. A deadline always turns it off.
+  // does); with a budget and no deadline, also when nothing to be had now meets the budget and
+  // waiting meets it or overruns it less. false = move to what can be had now. A deadline always
+  // turns it off.
   bool wait_for_spot = true;
   // Seconds between background refits of the models and searches (tuner, later issues).
   double refit_seconds = 30;

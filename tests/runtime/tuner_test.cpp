@@ -452,8 +452,10 @@ TEST(FitAndSearch, SpotShortageIsWaitedOutOnlyForCostWithoutADeadline) {
   EXPECT_EQ(purchase_of_current(opt), cloudtune::search::Purchase::kOnDemand);
   EXPECT_FALSE(SearchOptionsFrom(opt, nullptr).recommend.space.wait_for_spot);
   opt.deadline_hours = 0;
+  EXPECT_TRUE(SearchOptionsFrom(opt, nullptr).recommend.wait_for_spot_over_budget);
   opt.wait_for_spot = false;
   EXPECT_EQ(purchase_of_current(opt), cloudtune::search::Purchase::kOnDemand);
+  EXPECT_FALSE(SearchOptionsFrom(opt, nullptr).recommend.wait_for_spot_over_budget);
   opt.wait_for_spot = true;
   opt.objective = "time";
   EXPECT_EQ(purchase_of_current(opt), cloudtune::search::Purchase::kOnDemand);

@@ -56,6 +56,16 @@ SearchProblem Problem(const Catalog& c) {
   return p;
 }
 
+// One t4x4 node at local batch 32, on demand (the current configuration of several tests).
+Config OneT4Node() {
+  Config c;
+  c.type = "t4x4";
+  c.nodes = 1;
+  c.gpus_per_node = 4;
+  c.local_bsz = 32;
+  return c;
+}
+
 // Brute force over the same space through Evaluate.
 Evaluation BruteForce(const SearchProblem& p, bool feasible_only) {
   Evaluation best;
@@ -251,11 +261,7 @@ TEST(Search, RespectsDeadlineAndBudget) {
 TEST(Search, SwitchingCostIsCharged) {
   Catalog c = SmallCatalog();
   SearchProblem p = Problem(c);
-  Config cur;
-  cur.type = "t4x4";
-  cur.nodes = 1;
-  cur.gpus_per_node = 4;
-  cur.local_bsz = 32;
+  Config cur = OneT4Node();
   p.current = &cur;
   Evaluation same = Evaluate(p, cur);
   EXPECT_EQ(same.switch_s, 0);
@@ -475,11 +481,7 @@ TEST(Decide, WhenNoneMeetsTheDeadlineSwitchesOnlyToTheClearlyLeastLate) {
   Catalog c = SmallCatalog();
   SearchProblem p = Problem(c);
   p.space.allow_anchor = false;
-  Config cur;
-  cur.type = "t4x4";
-  cur.nodes = 1;
-  cur.gpus_per_node = 4;
-  cur.local_bsz = 32;
+  Config cur = OneT4Node();
   p.current = &cur;
   p.objective.deadline_h = 1e-6;  // already missed: every candidate misses it
   auto measured = [](const Config&) { return true; };

@@ -1,0 +1,63 @@
+// Recommend(), the search's entry point: the choices it makes around a single Decide().
+#include "search/recommend.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+namespace cloudtune::search {
+namespace {
+
+// A job measured on g4dn.12xlarge (1, 2 and 4 nodes at three local batches), plain-theory steps.
+RecommendRequest MeasuredOnT4() {
+  RecommendRequest req;
+  for (int nodes : {1, 2, 4})
+    for (int bsz : {32, 64, 128}) {
+      core::Measurement m;
+      m.key = {nodes, nodes * 4, bsz, 0, "g4dn.12xlarge"};
+      m.sync_time = nodes > 1 ? 0.03 + 0.002 * nodes * 4 : 0.01;
+      m.step_time = 0.02 + 4e-3 * bsz + m.sync_time;
+      m.rows = 20;
+      req.profile.push_back(m);
+    }
+  req.noise = core::NoiseState{1.0, 2000.0 / 64, 64};
+  Config cur;
+  cur.type = "g4dn.12xlarge";
+  cur.nodes = 1;
+  cur.gpus_per_node = 4;
+  cur.local_bsz = 64;
+  cur.purchase = Purchase::kOnDemand;  // where it was launched
+  req.current = cur;
+  req.options.target_progress = 2e5;
+  req.options.space.types = {"g4dn.12xlarge"};
+  req.options.space.allow_anchor = false;
+  req.options.mixed_max_types = 0;
+  return req;
+}
+
+// Under a budget without a deadline, when no spot node can be had now and on demand would overrun
+// the budget, the job waits for the spot capacity (a spot cluster pays nothing while it waits);
+// with the waiting turned off it takes what can be had now.
+TEST(Recommend, ABudgetOnlySpotMeetsWaitsForTheCapacityUnlessTurnedOff) {
+  RecommendRequest req = MeasuredOnT4();
+  const Recommendation free = Recommend(req);
+  ASSERT_EQ(free.best.config.purchase, Purchase::kSpot);
+  req.options.objective.budget_usd = 1.5 * free.best.cost;  // on demand costs ~3x spot
+  req.options.space.spot_nodes_available = {{"g4dn.12xlarge", 0}};
+  const Recommendation waits = Recommend(req);
+  EXPECT_EQ(waits.reason.rfind("waiting for spot capacity", 0), 0u) << waits.reason;
+  EXPECT_EQ(waits.proposed.config.purchase, Purchase::kSpot);
+  EXPECT_TRUE(waits.best.feasible);
+  req.options.wait_for_spot_over_budget = false;
+  const Recommendation now = Recommend(req);
+  EXPECT_EQ(now.reason.find("waiting for spot capacity"), std::string::npos) << now.reason;
+  EXPECT_EQ(now.proposed.config.purchase, Purchase::kOnDemand);
+  EXPECT_FALSE(now.best.feasible);
+  // A deadline rules waiting out.
+  req.options.wait_for_spot_over_budget = true;
+  req.options.objective.deadline_h = 1e3;
+  EXPECT_EQ(Recommend(req).reason.find("waiting for spot capacity"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace cloudtune::search
