@@ -367,10 +367,18 @@ Recommendation Decide(const SearchProblem& problem, const RecommendOptions& opti
           << r.best.switch_s << " s)" << constraint_note();
     }
   }
+  if (sr.has_plan && chosen.config == sr.top[0].config)
+    why << "; toward " << sr.plan.config.ToString() << " (predicted "
+        << Value(goal, sr.plan.Objective(goal))
+        << "): its batch is beyond what the job has observed, so the batch grows there as the job "
+           "measures it, and no batch within that bound meets the "
+        << (problem.objective.deadline_h > 0 ? "deadline" : "budget") << " on its own";
   // Exploration: is measuring an uncertain configuration worth it?
   if (chosen.feasible) {
     const double total = options.spent + std::min(chosen.Objective(goal), best_v);
-    const Exploration x = ExploreForTheObjective(p, options, sr.top, chosen, measured, total);
+    std::vector<Evaluation> pool = sr.top;
+    pool.insert(pool.end(), sr.promising.begin(), sr.promising.end());
+    const Exploration x = ExploreForTheObjective(p, options, pool, chosen, measured, total);
     if (x.pick) {
       r.action = Recommendation::Action::kMeasure;
       r.expected_improvement = x.gain;

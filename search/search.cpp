@@ -279,6 +279,54 @@ Evaluation Evaluate(const SearchProblem& p, const Config& c) {
                   p.predictor.steps(static_cast<double>(c.global_batch())));
 }
 
+namespace {
+// See SearchResult::plan. r->top[0] misses a constraint.
+void StepTowardAPlan(const SearchProblem& p, SearchResult* r) {
+  const long long bound = p.space.GrowthBound(p.current ? p.current->global_batch() : 0);
+  if (bound <= 0) return;
+  SearchProblem all = p;
+  all.space.max_batch_growth = 0;  // every batch: the plans
+  Evaluation plan;
+  bool found = false;
+  ForEachEvaluated(all, [&](const InstanceType& t, const Config& c, const Estimate& step,
+                            const Estimate& steps) {
+    if (c.global_batch() <= bound) return;  // within the bound: already searched
+    Evaluation e = Evaluate(all, t, c, step, steps);
+    if (e.feasible && (!found || e.Objective(p.objective.goal) < plan.Objective(p.objective.goal)))
+      plan = std::move(e), found = true;
+  });
+  if (!found) return;
+  // The step: the plan's instances at the largest batch within the bound (the cheaper on the
+  // objective between equal batches).
+  Evaluation step;
+  bool have_step = false;
+  SearchProblem near = p;
+  near.space.types = {plan.config.type};
+  ForEachEvaluated(
+      near, [&](const InstanceType& t, const Config& c, const Estimate& st, const Estimate& steps) {
+        if (!c.SameHardware(plan.config) || c.global_batch() > plan.config.global_batch()) return;
+        Evaluation e = Evaluate(near, t, c, st, steps);
+        if (!std::isfinite(e.hours)) return;
+        const bool better = !have_step || c.global_batch() > step.config.global_batch() ||
+                            (c.global_batch() == step.config.global_batch() &&
+                             e.Objective(p.objective.goal) < step.Objective(p.objective.goal));
+        if (better) step = std::move(e), have_step = true;
+      });
+  if (!have_step) return;
+  step.hours = plan.hours;
+  step.cost = plan.cost;
+  step.log_sigma = plan.log_sigma;
+  step.feasible = true;
+  auto same = std::find_if(r->top.begin(), r->top.end(),
+                           [&](const Evaluation& e) { return e.config == step.config; });
+  if (same != r->top.end()) r->top.erase(same);
+  r->top.insert(r->top.begin(), std::move(step));
+  if (r->top.size() > static_cast<size_t>(std::max(1, p.keep_top))) r->top.pop_back();
+  r->has_plan = true;
+  r->plan = std::move(plan);
+}
+}  // namespace
+
 SearchResult Search(const SearchProblem& p) {
   CheckProblem(p);
   SearchResult r;
@@ -296,6 +344,17 @@ SearchResult Search(const SearchProblem& p) {
           if (p.objective.DeadlineMiss(e.hours, e.log_sigma) > 1) ++r.excluded_by_deadline;
           if (p.objective.BudgetMiss(e.hours, e.cost, e.log_sigma) > 1) ++r.excluded_by_budget;
           best_excluded = std::min(best_excluded, e.Objective(p.objective.goal));
+          if (p.objective.Miss(e.hours, e.cost, e.log_sigma) * std::exp(-2 * e.log_sigma) <= 1) {
+            const double v = e.Objective(p.objective.goal);
+            auto& pr = r.promising;
+            if (pr.size() < k || v < pr.back().Objective(p.objective.goal)) {
+              auto pos = std::upper_bound(pr.begin(), pr.end(), v, [&](double x, const auto& b) {
+                return x < b.Objective(p.objective.goal);
+              });
+              pr.insert(pos, e);
+              if (pr.size() > k) pr.pop_back();
+            }
+          }
         }
         Rank rk = RankOf(e, p.objective);
         if (top.size() == k && !(rk < top.back().first)) return;
@@ -307,6 +366,7 @@ SearchResult Search(const SearchProblem& p) {
   for (auto& [rk, e] : top) r.top.push_back(std::move(e));
   if (!r.top.empty() && r.top[0].feasible && best_excluded < r.top[0].Objective(p.objective.goal))
     r.better_but_excluded = 1;  // at least one; the exact count is not tracked
+  if (!r.top.empty() && !r.top[0].feasible) StepTowardAPlan(p, &r);
   return r;
 }
 

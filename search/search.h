@@ -167,6 +167,20 @@ struct SearchResult {
   size_t excluded_by_deadline = 0, excluded_by_budget = 0;
   // Candidates better on the objective than top[0] but excluded by a constraint.
   size_t better_but_excluded = 0;
+  // Observe, then grow, toward a plan. When no candidate within the growth bound
+  // (SpaceOptions::max_batch_growth) meets the deadline and budget but a larger batch would, the
+  // best such candidate is the plan (has_plan), and top[0] is the step toward it: the plan's
+  // instances at the largest global batch within the bound (not above the plan's), carrying the
+  // plan's expected hours, cost and uncertainty (the job grows the batch at its next decisions, as
+  // it observes). Without this, a bound that keeps early decisions at small batches would make
+  // every candidate miss, and the least-late fallback would buy the largest cluster.
+  bool has_plan = false;
+  Evaluation plan;
+  // Candidates that miss a constraint on their median estimate but would meet it at two standard
+  // deviations faster (cheaper): the best keep_top by the objective. Ranked after every feasible
+  // candidate in top, they are where measuring can change the decision most (an unmeasured type
+  // projected from other hardware, say), so exploration considers them too.
+  std::vector<Evaluation> promising;
 };
 
 // Evaluates one candidate (NaN-free; infeasible when the predictor says impossible: hours = inf).

@@ -337,6 +337,123 @@ TEST(Search, GrowsTheBatchOnlyAsFarAsTheEvidence) {
   EXPECT_EQ(err, "max_batch_growth must be >= 1, or 0 (no bound)");
 }
 
+// Observe, then grow, toward a plan: when the growth bound keeps every candidate from meeting the
+// deadline but a larger batch would meet it, the proposal is the plan's instances at the largest
+// batch within the bound, carrying the plan's estimate, not the largest (least-late) cluster.
+TEST(Search, StepsTowardAPlanWhenNothingWithinTheGrowthBoundMeetsTheDeadline) {
+  Catalog c = SmallCatalog();
+  SearchProblem p = Problem(c);
+  Config cur;
+  cur.type = "t4x1";
+  cur.local_bsz = 16;
+  p.current = &cur;
+  p.space.observed_batch = 16;
+  p.space.max_batch_growth = 4;
+  const long long bound = p.space.GrowthBound(cur.global_batch());
+  ASSERT_EQ(bound, 64);
+  p.objective.goal = Goal::kTime;
+  const double bounded_h = Search(p).top[0].hours;
+  p.space.max_batch_growth = 0;
+  const double unbounded_h = Search(p).top[0].hours;
+  ASSERT_LT(unbounded_h, 0.8 * bounded_h);
+  p.space.max_batch_growth = 4;
+  p.objective.goal = Goal::kCost;
+  p.objective.deadline_h = std::sqrt(bounded_h * unbounded_h);
+  SearchResult r = Search(p);
+  ASSERT_TRUE(r.has_plan);
+  ASSERT_FALSE(r.top.empty());
+  const Evaluation& step = r.top[0];
+  EXPECT_TRUE(step.feasible);
+  EXPECT_GT(r.plan.config.global_batch(), bound);
+  EXPECT_LE(r.plan.hours, p.objective.deadline_h);
+  EXPECT_TRUE(step.config.SameHardware(r.plan.config)) << step.config.ToString();
+  EXPECT_LE(step.config.global_batch(), bound);
+  EXPECT_DOUBLE_EQ(step.hours, r.plan.hours);
+  EXPECT_DOUBLE_EQ(step.cost, r.plan.cost);
+  // The largest batch within the bound on those instances.
+  ForEachCandidate(c, p.space, [&](const InstanceType&, const Config& k) {
+    Config o = k;
+    o.purchase = step.config.purchase;
+    if (o.SameHardware(step.config) && o.global_batch() <= bound) {
+      EXPECT_LE(o.global_batch(), step.config.global_batch()) << o.ToString();
+    }
+  });
+  // The plan is the cheapest candidate beyond the bound that meets the deadline.
+  p.space.max_batch_growth = 0;
+  for (const Evaluation& e : Search(p).top)
+    if (e.feasible && e.config.global_batch() > bound) {
+      EXPECT_GE(e.cost, r.plan.cost * (1 - 1e-12));
+    }
+  // Without the plan, every candidate within the bound misses: the least-late is the proposal.
+  p.space.max_batch_growth = 4;
+  for (size_t i = 1; i < r.top.size(); ++i) EXPECT_FALSE(r.top[i].feasible);
+  const Recommendation d = Decide(p, {}, [](const Config&) { return true; });
+  EXPECT_EQ(d.proposed.config, step.config) << d.reason;
+  EXPECT_NE(d.reason.find("toward " + r.plan.config.ToString()), std::string::npos) << d.reason;
+  // A deadline that a batch within the bound meets: no plan, the search is as before.
+  p.objective.deadline_h = 1.5 * bounded_h;
+  r = Search(p);
+  EXPECT_FALSE(r.has_plan);
+  EXPECT_TRUE(r.top[0].feasible);
+  EXPECT_LE(r.top[0].config.global_batch(), bound);
+}
+
+// Candidates that miss a constraint only on their median estimate are kept apart for exploration:
+// the cheapest that would meet it two standard deviations faster, each infeasible, best first.
+TEST(Search, KeepsCandidatesThatMissOnlyOnTheirMedian) {
+  Catalog c = SmallCatalog();
+  SearchProblem p = Problem(c);
+  p.space.types = {"t4x4", "v100x4"};
+  Predictor base = Synthetic();
+  p.predictor.step_time = [base](const InstanceType& t, const Config& cfg) {
+    Estimate e = base.step_time(t, cfg);
+    if (t.gpu_model == "V100") e.value *= 1.4, e.log_sigma = 0.6;  // projected, uncertain
+    return e;
+  };
+  p.objective.goal = Goal::kCost;
+  p.keep_top = 4;
+  p.space.types = {"v100x4"};
+  const double v100_h = Search(p).top[0].hours;  // the cheapest V100 run, no deadline
+  p.space.types = {"t4x4", "v100x4"};
+  p.objective.deadline_h = 0.9 * v100_h;
+  const SearchResult r = Search(p);
+  ASSERT_FALSE(r.promising.empty());
+  EXPECT_LE(r.promising.size(), 4u);
+  for (size_t i = 0; i < r.promising.size(); ++i) {
+    const Evaluation& e = r.promising[i];
+    EXPECT_FALSE(e.feasible);
+    EXPECT_GT(p.objective.Miss(e.hours, e.cost, e.log_sigma), 1);
+    EXPECT_LE(p.objective.Miss(e.hours, e.cost, e.log_sigma) * std::exp(-2 * e.log_sigma), 1);
+    if (i) {
+      EXPECT_LE(r.promising[i - 1].cost, e.cost);
+    }
+  }
+  EXPECT_EQ(r.promising[0].config.type, "v100x4");
+  // Exploration weighs them even when the feasible candidates fill the list it ranks.
+  Config cur = OneT4Node();
+  cur.purchase = Purchase::kSpot;
+  p.current = &cur;
+  p.remaining_progress *= 500;
+  auto steps = base.steps;
+  p.predictor.steps = [steps](double b) {
+    Estimate e = steps(b);
+    e.value *= 500;
+    return e;
+  };
+  p.objective.deadline_h *= 500;
+  RecommendOptions o;
+  o.explore_candidates = 1;
+  const Recommendation d = Decide(p, o, [](const Config& k) { return k.type != "v100x4"; });
+  EXPECT_TRUE(d.best.feasible);
+  EXPECT_EQ(d.best.config.type, "t4x4") << d.reason;
+  EXPECT_EQ(d.action, Recommendation::Action::kMeasure) << d.reason;
+  EXPECT_EQ(d.proposed.config.type, "v100x4") << d.reason;
+  EXPECT_FALSE(d.proposed.feasible);
+  // A certain estimate that misses is not promising.
+  p.predictor = Synthetic();
+  for (const Evaluation& e : Search(p).promising) ADD_FAILURE() << e.config.ToString();
+}
+
 // Spot capacity: a candidate that needs more spot nodes than can be had is out, unless the
 // shortage is waited out (then only anchor candidates, whose anchor would pay, still need them).
 TEST(Search, SpotCapacityLimitsOrIsWaitedOut) {
