@@ -11,7 +11,7 @@
 
 namespace cs = cloudtune::search;
 
-static void BM_Search(benchmark::State& state) {
+static cs::SearchProblem AnalyticalProblem(int max_nodes) {
   const cs::Catalog& catalog = cs::DefaultCatalog();
   cs::SearchProblem p;
   p.catalog = &catalog;
@@ -25,13 +25,18 @@ static void BM_Search(benchmark::State& state) {
     const double s = b / 64, r = 4000.0 / 64;
     return cs::Estimate{1e5 * (r / s + 1) / (r + 1), 0.05};
   };
-  p.space.max_nodes = static_cast<int>(state.range(0));
+  p.space.max_nodes = max_nodes;
   p.space.max_gpus = 128;
   p.space.min_local_bsz = 8;
   p.space.max_local_bsz = 512;
   p.space.max_accum_steps = 3;
   p.remaining_progress = 1e5;
   p.objective.deadline_h = 50;
+  return p;
+}
+
+static void BM_Search(benchmark::State& state) {
+  const cs::SearchProblem p = AnalyticalProblem(static_cast<int>(state.range(0)));
   size_t evaluated = 0;
   for (auto _ : state) {
     cs::SearchResult r = cs::Search(p);
@@ -44,6 +49,35 @@ static void BM_Search(benchmark::State& state) {
       benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
 }
 BENCHMARK(BM_Search)->Arg(7)->Arg(16)->Unit(benchmark::kMillisecond);
+
+// The same search when the batch growth bound (4x an observed batch of 64) keeps every candidate
+// from meeting the deadline and a larger batch would meet it: the search then also evaluates the
+// candidates beyond the bound (the plan) and the plan's instances within it (the step).
+static void BM_SearchTowardAPlan(benchmark::State& state) {
+  cs::SearchProblem p = AnalyticalProblem(16);
+  cs::Config cur;
+  cur.type = "g4dn.xlarge";
+  cur.local_bsz = 64;
+  p.current = &cur;
+  p.space.observed_batch = 64;
+  p.objective.deadline_h = 0;
+  p.objective.goal = cs::Goal::kTime;
+  const double bounded_h = cs::Search(p).top[0].hours;
+  p.space.max_batch_growth = 0;
+  const double unbounded_h = cs::Search(p).top[0].hours;
+  p.space.max_batch_growth = 4;
+  p.objective.goal = cs::Goal::kCost;
+  p.objective.deadline_h = std::sqrt(bounded_h * unbounded_h);
+  if (!cs::Search(p).has_plan) {
+    state.SkipWithError("no plan beyond the growth bound in this problem");
+    return;
+  }
+  for (auto _ : state) {
+    cs::SearchResult r = cs::Search(p);
+    benchmark::DoNotOptimize(r.top.data());
+  }
+}
+BENCHMARK(BM_SearchTowardAPlan)->Unit(benchmark::kMillisecond);
 
 // One search with mixed clusters over the whole catalog: the single-type search (16 machines, local
 // batch <= 64: a large batch needs many GPUs) and then SearchMixed with up to three types per
