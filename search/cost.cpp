@@ -1,7 +1,10 @@
 #include "search/cost.h"
 
+#include <algorithm>
 #include <cmath>
+#include <iomanip>
 #include <limits>
+#include <sstream>
 
 namespace cloudtune::search {
 
@@ -18,6 +21,8 @@ bool CostOptions::IsValid(std::string* error) const {
     bad = "switch_s must be >= 0";
   else if (!ok(batch_switch_s))
     bad = "batch_switch_s must be >= 0";
+  else if (!(revocation_prior_node_hours > 0) || !std::isfinite(revocation_prior_node_hours))
+    bad = "revocation_prior_node_hours must be > 0";
   if (bad && error) *error = bad;
   return bad == nullptr;
 }
@@ -46,6 +51,27 @@ double ClusterRevocationRate(const InstanceType& t, int nodes, Purchase p) {
       return (nodes - 1) * t.revocation_per_hour;
   }
   return 0;
+}
+
+double LearnedRevocationRate(double catalog_rate, const core::SpotExposure& e,
+                             double prior_node_hours) {
+  const double t0 = prior_node_hours, t = std::max(0.0, e.node_hours);
+  const double k = std::max(0, e.revocations);
+  return (std::max(0.0, catalog_rate) * t0 + k) / (t0 + t);
+}
+
+void LearnRevocationRates(const std::map<std::string, core::SpotExposure>& exposure,
+                          double prior_node_hours, Catalog* catalog) {
+  for (const auto& [type, e] : exposure) {
+    const int i = catalog->Find(type);
+    if (i < 0 || (e.node_hours <= 0 && e.revocations <= 0)) continue;
+    InstanceType& t = catalog->types[i];
+    t.revocation_per_hour = LearnedRevocationRate(t.revocation_per_hour, e, prior_node_hours);
+    std::ostringstream src;
+    src << "learned: " << e.revocations << " revocations in " << std::fixed << std::setprecision(1)
+        << e.node_hours << " node-hours";
+    t.revocation_source = src.str();
+  }
 }
 
 double YoungDalyInterval(double checkpoint_s, double rate_per_hour) {

@@ -3,6 +3,7 @@
 // and cost of a given amount of work.
 #pragma once
 
+#include <map>
 #include <string>
 
 #include "estimator/core/types.h"
@@ -20,6 +21,13 @@ struct CostOptions {
   double anchor_checkpoint_s = 5;  // checkpoint held by the on-demand anchor (seconds)
   double switch_s = 180;           // changing instance type/count/purchase: provision + restart
   double batch_switch_s = 0;       // changing only the batch (applied in-process)
+  // Weight of the catalog's revocation rate against the job's own spot exposure, in node-hours of
+  // observation (LearnedRevocationRate). The catalog's figure is a regional monthly average (Spot
+  // Advisor's interruption band); the rate a job meets in its zone and week differs from it by
+  // orders of magnitude (the shipped 16-node and single-node V100 traces: 0.3-0.7 revocations per
+  // node-hour up, against bands of ~1e-4), so one day of one node's own exposure weighs as much as
+  // the band. > 0.
+  double revocation_prior_node_hours = 24;
   bool IsValid(std::string* error) const;
 };
 
@@ -31,6 +39,18 @@ double ClusterRevocationRate(const InstanceType& t, int nodes, Purchase p);
 // Young/Daly optimal checkpoint interval sqrt(2·C/λ) in seconds (C seconds, λ per hour);
 // infinity when λ == 0.
 double YoungDalyInterval(double checkpoint_s, double rate_per_hour);
+
+// The revocation rate of one spot node (per hour) learned from the job's exposure to it: the
+// catalog's rate counts as `prior_node_hours` of observation (a Gamma-Poisson posterior mean),
+//   (catalog_rate · T0 + revocations) / (T0 + node_hours).
+// No exposure: the catalog's rate. Exposure without a revocation lowers it; each revocation raises
+// it by 1 / (T0 + node_hours).
+double LearnedRevocationRate(double catalog_rate, const core::SpotExposure& e,
+                             double prior_node_hours);
+// Sets the learned rate on every type of `catalog` the job was exposed to (revocation_source says
+// "learned: K revocations in H node-hours"); types not in the catalog are ignored.
+void LearnRevocationRates(const std::map<std::string, core::SpotExposure>& exposure,
+                          double prior_node_hours, Catalog* catalog);
 
 struct RunEstimate {
   double hours = 0;                  // expected wall time

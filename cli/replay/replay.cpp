@@ -50,6 +50,9 @@ struct Decision {
   // A revocation by the spot capacity ends the window and the policy decides at once (on the
   // revocation notice); otherwise it waits for the capacity until its next decision.
   bool redecide_on_revocation = false;
+  // The checkpoint interval the policy chose (seconds; 0 = the Young/Daly interval of the
+  // catalog's revocation rate).
+  double checkpoint_interval_s = 0;
   // A mixed cluster to run instead of `config` (its parts and per-part local batches); `config`
   // stays the single-type configuration the job reports as its own (the live snapshot has one
   // type).
@@ -68,6 +71,10 @@ struct Running {
   double checkpoint_s = 0, tau_s = 0;
   double batch = 0;                                    // global batch
   std::vector<std::pair<const SpotTrace*, int>> spot;  // spot nodes held of each traced type
+  // Spot nodes of every spot part by type (traced or not): the job's exposure; the catalog's
+  // revocations (parts without a trace) are charged to the first untraced one.
+  std::vector<std::pair<std::string, int>> spot_types;
+  std::string hazard_type;
   // The hooks' step time is recorded in the job's profile under `key` (one hardware only: the
   // profile is per single-type configuration).
   bool observed = true;
@@ -128,6 +135,7 @@ class Simulator {
       const double c0 = cost_, h0 = t_h_;
       Running running = Describe(cur_, mixed_);
       running.redecide_on_revocation = d.redecide_on_revocation;
+      if (d.checkpoint_interval_s > 0) running.tau_s = d.checkpoint_interval_s;
       RunWindow(running, window, &r);
       if (mixed_) r.mixed_hours += t_h_ - h0;
       if (measuring && !first) {
@@ -203,6 +211,7 @@ class Simulator {
     job.exploration_usd = explore_cost_;
     for (const auto& [type, trace] : s_.spot) job.spot_nodes_available[type] = SpotAvailable(type);
     job.noise_history = noise_history_;
+    job.spot_exposure = exposure_;
     return job;
   }
   // Runs a policy that sees only the job's view. It starts by measuring the start configuration
@@ -303,11 +312,17 @@ class Simulator {
     auto it = s_.spot.find(type);
     if (purchase == Purchase::kOnDemand || it == s_.spot.end()) {
       run->hazard_rate += rate;  // revocations of a type without a trace: the catalog's rate
+      const int spot_nodes = purchase == Purchase::kSpot ? nodes : nodes - 1;
+      if (purchase != Purchase::kOnDemand && spot_nodes > 0) {
+        run->spot_types.emplace_back(type, spot_nodes);
+        if (run->hazard_type.empty()) run->hazard_type = type;
+      }
       if (purchase == Purchase::kOnDemand) run->waiting_price += HourlyPrice(t, nodes, purchase);
       return;
     }
     const int spot_nodes = purchase == Purchase::kSpot ? nodes : nodes - 1;
     if (spot_nodes > 0) run->spot.emplace_back(&it->second, spot_nodes);
+    if (spot_nodes > 0) run->spot_types.emplace_back(type, spot_nodes);
     if (purchase == Purchase::kAnchor) run->waiting_price += HourlyPrice(t, 1, Purchase::kOnDemand);
   }
   // Whether every spot part has its nodes now.
@@ -331,6 +346,12 @@ class Simulator {
         if (!SpotHeld(run)) {
           if (running_ && !waiting_) {  // the capacity it holds is gone: a revocation
             ++r->revocations;
+            for (size_t i = 0; i < run.spot.size(); ++i)
+              if (run.spot[i].first->Available(t_h_ * 3600, run.spot[i].second, s_.spot_reading,
+                                               spot_offset_s_) < run.spot[i].second) {
+                ++exposure_[TracedType(run.spot[i].first)].revocations;
+                break;
+              }
             progress_ = last_ckpt_progress_;
             metric_ = last_ckpt_metric_;
             since_ckpt = 0;
@@ -370,6 +391,8 @@ class Simulator {
       progress_ += dp;
       metric_ = metric;
       Advance(chunk / 3600.0, price);
+      for (const auto& [type, nodes] : run.spot_types)
+        exposure_[type].node_hours += nodes * chunk / 3600.0;
       left -= chunk;
       since_ckpt += chunk;
       if (since_ckpt >= tau_s) {
@@ -385,6 +408,7 @@ class Simulator {
       hazard_ += rate * chunk / 3600.0;
       if (hazard_ >= next_revocation_) {
         ++r->revocations;
+        if (!run.hazard_type.empty()) ++exposure_[run.hazard_type].revocations;
         progress_ = last_ckpt_progress_;
         metric_ = last_ckpt_metric_;
         Advance(s_.cost.restart_s / 3600.0, price);
@@ -425,6 +449,13 @@ class Simulator {
   bool running_ = false;  // the current configuration has run (a later loss is a revocation)
   bool waiting_ = false;  // waiting for spot capacity
   MixedTruth mixed_truth_;
+  std::map<std::string, core::SpotExposure> exposure_;  // what the job has seen of spot, per type
+  // The type whose capacity trace `trace` is.
+  std::string TracedType(const SpotTrace* trace) const {
+    for (const auto& [type, t] : s_.spot)
+      if (&t == trace) return type;
+    return "";
+  }
 };
 
 // A predictor that knows every trace (for the oracle and trace-informed baselines).
@@ -501,42 +532,6 @@ Config Pick(const Scenario& s, const std::string& type, int want_bsz,
 
 }  // namespace
 
-// The runtime options of the scenario's job: its objective and target; the search is restricted to
-// the traced configurations (the truth exists only for those), priced with the scenario's catalog.
-runtime::RuntimeSetup CloudtuneSetup(const Scenario& s) {
-  runtime::RuntimeSetup rs;
-  rs.options.objective = core::GoalName(s.objective.goal);
-  rs.options.deadline_hours = s.objective.deadline_h;
-  rs.options.budget_usd = s.objective.budget_usd;
-  rs.options.target_progress = s.target_progress;
-  rs.customize = [&s](runtime::FitAndSearchOptions* fo) {
-    fo->catalog = &s.catalog;
-    fo->instance_type.clear();  // the snapshot's current configuration says
-    fo->recommend.cost = s.cost;
-    fo->recommend.measure_s = s.measure_s;
-    fo->candidates = s.candidates;
-  };
-  return rs;
-}
-
-search::Recommendation CloudtuneDecide(const runtime::Runtime& rt, const JobView& job) {
-  core::Snapshot snap;
-  snap.profile = job.measured;
-  snap.noise = job.noise;
-  snap.noise_valid = true;
-  snap.current = job.current.Key();
-  snap.gpus_per_node = job.current.gpus_per_node;
-  snap.purchase = job.current.purchase;
-  snap.progress = job.progress;
-  snap.elapsed_seconds = job.hours * 3600;
-  snap.cost_usd = job.cost_usd;
-  snap.exploration_usd = job.exploration_usd;
-  snap.exploration_seconds = job.exploration_hours * 3600;
-  snap.spot_nodes_available = job.spot_nodes_available;
-  snap.noise_history = job.noise_history;
-  return rt.Decide(snap, "timer").decision;
-}
-
 namespace {
 
 using Runner = std::function<void(const std::string&,
@@ -566,6 +561,7 @@ Decision CloudtunePolicy(const runtime::Runtime& tuner, const Decision& cadence,
   d.config = r.proposed.config;
   d.measure = r.action == Recommendation::Action::kMeasure;
   d.why = r.reason;
+  d.checkpoint_interval_s = r.proposed.checkpoint_interval_s;  // from the rates it has learned
   if (!d.measure && r.mixed && r.mixed->proposed && r.mixed->best) {
     // A mixed cluster: the job keeps reporting its single-type configuration; a running cluster
     // with the same hardware is kept (its balanced batches are not re-tuned at every decision).
@@ -575,6 +571,7 @@ Decision CloudtunePolicy(const runtime::Runtime& tuner, const Decision& cadence,
     d.why = "mixed: " + r.mixed->reason;
     // Its on-demand nodes would idle, paid, while its spot part waits: decide again at once.
     d.redecide_on_revocation = true;
+    d.checkpoint_interval_s = 0;  // the catalog's, over all its parts
   }
   return d;
 }

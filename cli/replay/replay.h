@@ -149,6 +149,8 @@ struct JobView {
   // The gradient statistics it measured along its run (one per window, at the batch it ran; the
   // last 64, as the live runtime keeps): with two batches or more the efficiency drift is fitted.
   std::vector<core::NoiseObservation> noise_history;
+  // Its spot exposure and the revocations it has seen, per type.
+  std::map<std::string, core::SpotExposure> spot_exposure;
 };
 // The runtime setup of the scenario's job (objective, target, catalog, traced configurations as
 // the candidates): the cloudtune policy constructs the runtime a live job constructs.

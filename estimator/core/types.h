@@ -81,6 +81,12 @@ struct NoiseObservation {
   double grad_var = 0;   // tr(Sigma) estimate, normalised to the base batch B0
 };
 
+// The spot revocations an instance type has dealt the job, against the time it was exposed to them.
+struct SpotExposure {
+  double node_hours = 0;  // spot node-hours the job ran on this type (>= 0)
+  int revocations = 0;    // revocations it saw there (notices, capacity taken back; >= 0)
+};
+
 // What the user optimises.
 enum class Goal { kCost, kTime };
 const char* GoalName(Goal g);  // "cost", "time"
@@ -120,6 +126,9 @@ struct Snapshot {
   // Spot nodes of each instance type the job knows it can get now (from a refused request or a
   // revocation notice); a type not listed: unknown, no limit.
   std::map<std::string, int> spot_nodes_available;
+  // Spot exposure and revocations per instance type over the run: the search prices spot with the
+  // revocation rate learned from them (search::LearnRevocationRates).
+  std::map<std::string, SpotExposure> spot_exposure;
   // Spent so far (the replay knows it; a live job prices its elapsed time when it knows its price).
   double cost_usd = 0;             // USD spent
   double exploration_usd = 0;      // of which on exploratory measurements and switches into them

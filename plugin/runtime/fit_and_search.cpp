@@ -259,6 +259,14 @@ TunerResult FitAndSearch(const Snapshot& s, const RefitContext& ctx, const FitAn
     throw NotReady("no gradient noise estimate yet");
   const bool preempted = ctx.trigger == "preemption";
   search::RecommendRequest req = BuildRecommendRequest(s, o, preempted);
+  // Spot priced with the revocation rates the job has met (the catalog's where it has not).
+  std::optional<search::Catalog> learned;
+  if (!s.spot_exposure.empty()) {
+    learned = o.catalog ? *o.catalog : search::DefaultCatalog();
+    search::LearnRevocationRates(s.spot_exposure, o.recommend.cost.revocation_prior_node_hours,
+                                 &*learned);
+    req.catalog = &*learned;
+  }
   const double slowdown = s.straggler_factor > 1 ? s.straggler_factor : 1.0;
   if (slowdown > 1) DestraggleProfile(s.current, slowdown, &req.profile);
   req.efficiency = EfficiencyFor(s, o);

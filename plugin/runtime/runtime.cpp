@@ -354,6 +354,23 @@ void Runtime::CountSpending(const core::Snapshot& p, core::Snapshot* s) {
     price = search::HourlyPrice(catalog_.types[i], std::max(1, s->current.num_nodes),
                                 s->purchase.value_or(core::Purchase::kOnDemand));
   spent_usd_ += price * dt / 3600;
+  // Spot exposure, and the revocation a notice announced: the search learns the rate from them.
+  const core::Purchase purchase = s->purchase.value_or(core::Purchase::kOnDemand);
+  const int nodes = std::max(1, s->current.num_nodes);
+  const int spot_nodes = purchase == core::Purchase::kSpot     ? nodes
+                         : purchase == core::Purchase::kAnchor ? nodes - 1
+                                                               : 0;
+  const std::string& type = s->current.instance_type;
+  if (spot_nodes > 0 && !type.empty()) exposure_[type].node_hours += spot_nodes * dt / 3600;
+  if (preempted_.load() && !notice_counted_ && !type.empty()) {
+    ++exposure_[type].revocations;
+    notice_counted_ = true;
+  }
+  s->spot_exposure = base_.spot_exposure;
+  for (const auto& [t, e] : exposure_) {
+    s->spot_exposure[t].node_hours += e.node_hours;
+    s->spot_exposure[t].revocations += e.revocations;
+  }
   // O(1) here: the worker thread noted what it asked to measure.
   const auto measuring = std::atomic_load(&measuring_);
   const bool exploring = measuring && measuring->num_nodes == s->current.num_nodes &&

@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -235,6 +236,10 @@ class Runtime {
   // Training-thread bookkeeping of Convert().
   double last_elapsed_ = 0;
   double spent_usd_ = 0, explore_usd_ = 0, explore_s_ = 0;
+  // Spot node-hours and revocations of this process per type (training thread); a revocation
+  // notice (preempted_) counts once.
+  std::map<std::string, core::SpotExposure> exposure_;
+  bool notice_counted_ = false;
   long long last_step_ = 0;
   double progress_ = 0;  // B0-steps made by this process
   std::deque<core::NoiseObservation> history_;

@@ -118,6 +118,9 @@ json SavedState::ToJson() const {
     e["max_gpus_per_node"] = m.max_gpus_per_node;
     prof.push_back(std::move(e));
   }
+  json exposure = json::object();
+  for (const auto& [type, e] : spot_exposure)
+    exposure[type] = {{"node_hours", e.node_hours}, {"revocations", e.revocations}};
   return {{"step", step},
           {"progress", progress},
           {"current", KeyToJson(current)},
@@ -129,7 +132,8 @@ json SavedState::ToJson() const {
             {"biased", noise.biased}}},
           {"gns", gns},
           {"models", models},
-          {"recommendation", recommendation}};
+          {"recommendation", recommendation},
+          {"spot_exposure", std::move(exposure)}};
 }
 
 SavedState SavedState::FromJson(const json& j, const std::string& source) {
@@ -165,6 +169,17 @@ SavedState SavedState::FromJson(const json& j, const std::string& source) {
   s.models = Member(j, "models", source, "");
   if (!s.models.is_object()) Bad(source, "\"models\" is not an object");
   s.recommendation = Member(j, "recommendation", source, "");
+  if (j.contains("spot_exposure")) {
+    const json& e = j["spot_exposure"];
+    if (!e.is_object()) Bad(source, "\"spot_exposure\" is not an object");
+    for (auto it = e.begin(); it != e.end(); ++it) {
+      const std::string where = "spot_exposure." + it.key();
+      core::SpotExposure x;
+      x.node_hours = Number(it.value(), "node_hours", source, where, 0);
+      x.revocations = static_cast<int>(Integer(it.value(), "revocations", source, where, 0));
+      s.spot_exposure[it.key()] = x;
+    }
+  }
   return s;
 }
 
@@ -256,6 +271,7 @@ SavedState MakeSavedState(const core::Snapshot& s, const nlohmann::json* recomme
   st.profile = s.profile;
   st.noise = s.noise;
   st.gns = gns.is_object() ? std::move(gns) : nlohmann::json::object();
+  st.spot_exposure = s.spot_exposure;
   if (recommendation) {
     st.recommendation = *recommendation;
     if (recommendation->is_object() && recommendation->contains("models") &&
@@ -278,6 +294,7 @@ core::Snapshot RestoreSnapshot(const SavedState& state) {
   s.current = state.current;
   s.profile = state.profile;
   s.noise = state.noise;
+  s.spot_exposure = state.spot_exposure;
   if (state.gns.is_object() && state.gns.contains("noise_history") &&
       state.gns["noise_history"].is_array()) {
     for (const auto& row : state.gns["noise_history"]) {

@@ -6,6 +6,7 @@
 // implausible file is reported with a message naming the file and the problem, and ignored.
 #pragma once
 
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -39,7 +40,10 @@ struct SavedState {
   nlohmann::json models =
       nlohmann::json::object();   // fitted models {"throughput":…, "efficiency":…}
   nlohmann::json recommendation;  // the last published recommendation (or null)
-  std::string saved_at;           // UTC, ISO 8601 (set by SaveState)
+  // Spot exposure and revocations per instance type over the run (optional in the file: states
+  // written before it have none).
+  std::map<std::string, core::SpotExposure> spot_exposure;
+  std::string saved_at;  // UTC, ISO 8601 (set by SaveState)
 
   // The payload ("state" member of the file).
   nlohmann::json ToJson() const;

@@ -221,6 +221,48 @@ TEST(Runtime, LiveFirstRecommendationAndSpending) {
   rt.Stop();
 }
 
+// Spot priced with what the job has met: revocations it saw raise the rate the search uses (a
+// shorter checkpoint interval, a dearer spot run); the live path counts its spot node-hours.
+TEST(SpotExposure, RevocationsTheJobSawMakeSpotDearerAndCheckpointsMoreFrequent) {
+  FitAndSearchOptions o;
+  o.instance_type = "g4dn.12xlarge";
+  o.target.progress = 20000;
+  core::Snapshot s = Job();
+  s.purchase = core::Purchase::kSpot;
+  const search::Recommendation calm = FitAndSearch(s, {"timer", 1}, o).decision;
+  s.spot_exposure["g4dn.12xlarge"] = {10.0, 3};
+  const search::Recommendation rough = FitAndSearch(s, {"timer", 1}, o).decision;
+  ASSERT_TRUE(calm.has_current && rough.has_current);
+  EXPECT_EQ(calm.current.config, rough.current.config);
+  EXPECT_LT(rough.current.checkpoint_interval_s, calm.current.checkpoint_interval_s / 10);
+  EXPECT_GT(rough.current.cost, calm.current.cost);
+  EXPECT_GT(rough.current.revocations, 10 * calm.current.revocations);
+  // Exposure on another type changes nothing here.
+  s.spot_exposure = {{"p3.2xlarge", {10.0, 3}}};
+  EXPECT_DOUBLE_EQ(FitAndSearch(s, {"timer", 1}, o).decision.current.cost, calm.current.cost);
+
+  RuntimeSetup rs;
+  rs.options.instance_type = "g4dn.12xlarge";
+  rs.options.refit_seconds = 3600;
+  rs.log = [](const std::string&) {};
+  Runtime rt(rs);
+  rt.Start();
+  core::Snapshot live = Job();
+  live.purchase = core::Purchase::kSpot;
+  live.step = 100;
+  rt.Observe(live);
+  live.step = 200;
+  live.elapsed_seconds = 1800;  // half an hour on 2 spot nodes
+  rt.Observe(live);
+  ASSERT_TRUE(WaitFor([&] { return rt.Latest() != nullptr; }, 30));
+  const auto snap = rt.LatestSnapshot();
+  ASSERT_TRUE(snap);
+  ASSERT_EQ(snap->spot_exposure.count("g4dn.12xlarge"), 1u);
+  EXPECT_NEAR(snap->spot_exposure.at("g4dn.12xlarge").node_hours, 1.0, 1e-9);
+  EXPECT_EQ(snap->spot_exposure.at("g4dn.12xlarge").revocations, 0);
+  rt.Stop();
+}
+
 TEST(Runtime, TargetFromTheTrainingLoop) {
   RuntimeSetup rs;
   rs.options.instance_type = "g4dn.12xlarge";

@@ -73,7 +73,8 @@ TEST_F(StateTest, DefaultOptionsAreValid) {
 }
 
 TEST_F(StateTest, RoundTrip) {
-  const SavedState s = Sample();
+  SavedState s = Sample();
+  s.spot_exposure["g4dn.12xlarge"] = {12.5, 3};
   std::string err;
   ASSERT_TRUE(SaveState(path_, s, &err)) << err;
   // Write-then-rename leaves no temporary behind.
@@ -99,6 +100,9 @@ TEST_F(StateTest, RoundTrip) {
   EXPECT_EQ(t.gns, s.gns);
   EXPECT_EQ(t.models, s.models);
   EXPECT_EQ(t.recommendation, s.recommendation);
+  ASSERT_EQ(t.spot_exposure.count("g4dn.12xlarge"), 1u);
+  EXPECT_EQ(t.spot_exposure.at("g4dn.12xlarge").node_hours, 12.5);
+  EXPECT_EQ(t.spot_exposure.at("g4dn.12xlarge").revocations, 3);
   EXPECT_FALSE(t.saved_at.empty());
   // Any job id accepted when none is expected; overwrite replaces atomically.
   EXPECT_EQ(LoadState(path_, "").status, LoadStatus::kLoaded);
@@ -156,6 +160,19 @@ TEST_F(StateTest, ImplausiblePayloadIsRejectedByFromJson) {
   j = Sample().ToJson();
   j["noise"]["grad_var"] = -1;
   EXPECT_THROW(SavedState::FromJson(j, "f.json"), cloudtune::InputError);
+  // States written before the spot exposure was kept load without it; a bad one is named.
+  j = Sample().ToJson();
+  j.erase("spot_exposure");
+  EXPECT_TRUE(SavedState::FromJson(j, "f.json").spot_exposure.empty());
+  j["spot_exposure"] = {{"g4dn.12xlarge", {{"node_hours", 1.0}, {"revocations", -1}}}};
+  try {
+    SavedState::FromJson(j, "f.json");
+    FAIL();
+  } catch (const cloudtune::InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("spot_exposure.g4dn.12xlarge.revocations"),
+              std::string::npos)
+        << e.what();
+  }
   j = Sample().ToJson();
   j.erase("progress");
   try {

@@ -38,6 +38,41 @@ TEST(Cost, PricesByPurchaseOption) {
   EXPECT_DOUBLE_EQ(ClusterRevocationRate(t, 2, Purchase::kSpot), 0.0);
 }
 
+// The revocation rate a job learns from its own spot exposure: the catalog's rate weighs as
+// revocation_prior_node_hours of observation.
+TEST(Cost, LearnsTheRevocationRateFromTheJobsExposure) {
+  const double lam = 1e-4, t0 = 24;
+  EXPECT_DOUBLE_EQ(LearnedRevocationRate(lam, {}, t0), lam);  // nothing seen: the catalog's
+  // 76 node-hours without a revocation: (1e-4 * 24 + 0) / 100.
+  EXPECT_DOUBLE_EQ(LearnedRevocationRate(lam, {76, 0}, t0), lam * 24 / 100);
+  // 3 revocations in 16 node-hours: (0.0024 + 3) / 40, ~750x the catalog's.
+  const double learned = LearnedRevocationRate(lam, {16, 3}, t0);
+  EXPECT_DOUBLE_EQ(learned, (lam * 24 + 3) / 40);
+  EXPECT_GT(learned, 700 * lam);
+  // More exposure at the same frequency moves the estimate toward the observed 3/16 per hour.
+  EXPECT_NEAR(LearnedRevocationRate(lam, {1600, 300}, t0), 300.0 / 1600, 0.003);
+  // A catalog with the type: its rate and source change; other types and unknown names do not.
+  Catalog c;
+  c.types = {Type(), Type()};
+  c.types[1].name = "y";
+  LearnRevocationRates({{"x", {10, 2}}, {"unknown", {5, 1}}}, t0, &c);
+  EXPECT_DOUBLE_EQ(c.types[0].revocation_per_hour, (0.01 * 24 + 2) / 34);
+  EXPECT_EQ(c.types[0].revocation_source, "learned: 2 revocations in 10.0 node-hours");
+  EXPECT_DOUBLE_EQ(c.types[1].revocation_per_hour, 0.01);
+  // The learned rate shortens the checkpoint interval and raises the expected cost of spot.
+  const RunEstimate before = EstimateRun(10, 1.0, 0.01, 30, 120);
+  const RunEstimate after = EstimateRun(10, 1.0, c.types[0].revocation_per_hour, 30, 120);
+  // (0.24 + 2) / 34 = 0.066 per hour against 0.01: the interval shrinks by sqrt(6.6).
+  EXPECT_NEAR(before.checkpoint_interval_s / after.checkpoint_interval_s,
+              std::sqrt(2.24 / 34 / 0.01), 1e-9);
+  EXPECT_GT(after.cost, before.cost);
+  CostOptions o;
+  std::string err;
+  o.revocation_prior_node_hours = 0;
+  EXPECT_FALSE(o.IsValid(&err));
+  EXPECT_EQ(err, "revocation_prior_node_hours must be > 0");
+}
+
 TEST(Cost, YoungDalyInterval) {
   // sqrt(2 C / λ): C = 36 s, λ = 0.02/h -> sqrt(2 * 0.01 h / 0.02) = 1 h.
   EXPECT_NEAR(YoungDalyInterval(36, 0.02), 3600.0, 1e-9);

@@ -1,0 +1,45 @@
+// The cloudtune policy of the replay: the runtime a live job constructs (CloudtuneSetup), fed only
+// what the job has seen (CloudtuneDecide).
+#include "cli/replay/replay.h"
+#include "plugin/runtime/runtime.h"
+
+namespace cloudtune::replay {
+
+// The runtime options of the scenario's job: its objective and target; the search is restricted to
+// the traced configurations (the truth exists only for those), priced with the scenario's catalog.
+runtime::RuntimeSetup CloudtuneSetup(const Scenario& s) {
+  runtime::RuntimeSetup rs;
+  rs.options.objective = core::GoalName(s.objective.goal);
+  rs.options.deadline_hours = s.objective.deadline_h;
+  rs.options.budget_usd = s.objective.budget_usd;
+  rs.options.target_progress = s.target_progress;
+  rs.customize = [&s](runtime::FitAndSearchOptions* fo) {
+    fo->catalog = &s.catalog;
+    fo->instance_type.clear();  // the snapshot's current configuration says
+    fo->recommend.cost = s.cost;
+    fo->recommend.measure_s = s.measure_s;
+    fo->candidates = s.candidates;
+  };
+  return rs;
+}
+
+search::Recommendation CloudtuneDecide(const runtime::Runtime& rt, const JobView& job) {
+  core::Snapshot snap;
+  snap.profile = job.measured;
+  snap.noise = job.noise;
+  snap.noise_valid = true;
+  snap.current = job.current.Key();
+  snap.gpus_per_node = job.current.gpus_per_node;
+  snap.purchase = job.current.purchase;
+  snap.progress = job.progress;
+  snap.elapsed_seconds = job.hours * 3600;
+  snap.cost_usd = job.cost_usd;
+  snap.exploration_usd = job.exploration_usd;
+  snap.exploration_seconds = job.exploration_hours * 3600;
+  snap.spot_nodes_available = job.spot_nodes_available;
+  snap.noise_history = job.noise_history;
+  snap.spot_exposure = job.spot_exposure;
+  return rt.Decide(snap, "timer").decision;
+}
+
+}  // namespace cloudtune::replay
