@@ -45,6 +45,9 @@ nlohmann::json InputsJson(const core::Snapshot& s, bool restored) {
   for (const auto& o : s.noise_history)
     if (std::find(batches.begin(), batches.end(), o.batch) == batches.end())
       batches.push_back(o.batch);
+  nlohmann::json exposure = nlohmann::json::object();
+  for (const auto& [type, e] : s.spot_exposure)
+    exposure[type] = {{"node_hours", e.node_hours}, {"revocations", e.revocations}};
   return {{"step", s.step},
           {"progress", s.progress},
           {"noise",
@@ -61,6 +64,7 @@ nlohmann::json InputsJson(const core::Snapshot& s, bool restored) {
             {"accum_steps", s.current.accum_steps},
             {"instance_type", s.current.instance_type}}},
           {"restored", restored},
+          {"spot_exposure", std::move(exposure)},
           {"profile_csv", csv.str()}};
 }
 

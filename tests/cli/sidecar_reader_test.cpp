@@ -104,6 +104,39 @@ TEST(SidecarReader, InputsNameTheMissingField) {
   EXPECT_NE(r.err.find("inputs.noise.grad_sqr"), std::string::npos) << r.err;
 }
 
+// The spot exposure a job recorded comes back with its inputs (older sidecars have none); a bad
+// one is named.
+TEST(SidecarReader, InputsCarryTheSpotExposure) {
+  const auto lines = Lines(kSidecar);
+  auto with = [&](const nlohmann::json& exposure, const std::string& name) {
+    std::string text;
+    for (const auto& l : lines) {
+      auto j = nlohmann::json::parse(l);
+      if (j["kind"] == "recommendation") j["inputs"]["spot_exposure"] = exposure;
+      text += j.dump() + "\n";
+    }
+    return Write(name, text);
+  };
+  EXPECT_TRUE(
+      cloudtune::cli::InputsFromSidecar(ReadSidecar(kSidecar)).snapshot.spot_exposure.empty());
+  const auto good = cloudtune::cli::InputsFromSidecar(ReadSidecar(
+      with({{"g4dn.12xlarge", {{"node_hours", 6.5}, {"revocations", 2}}}}, "exposed.jsonl")));
+  ASSERT_EQ(good.snapshot.spot_exposure.count("g4dn.12xlarge"), 1u);
+  EXPECT_EQ(good.snapshot.spot_exposure.at("g4dn.12xlarge").node_hours, 6.5);
+  EXPECT_EQ(good.snapshot.spot_exposure.at("g4dn.12xlarge").revocations, 2);
+  const std::string bad =
+      with({{"g4dn.12xlarge", {{"node_hours", 6.5}, {"revocations", -1}}}}, "badexposure.jsonl");
+  try {
+    cloudtune::cli::InputsFromSidecar(ReadSidecar(bad));
+    FAIL() << "a negative revocation count was accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find(
+                  "inputs.spot_exposure.g4dn.12xlarge.revocations: must be an integer >= 0"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 // The job's last recommendation, reproduced from what its sidecar recorded.
 TEST(RecommendFrom, ReproducesTheJobsOwnLastRecommendation) {
   const auto s = ReadSidecar(kSidecar);
