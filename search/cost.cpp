@@ -41,14 +41,17 @@ double HourlyPrice(const InstanceType& t, int nodes, Purchase p) {
 }
 
 double ClusterRevocationRate(const InstanceType& t, int nodes, Purchase p) {
-  if (!t.has_spot()) return 0;
+  return t.has_spot() ? SpotNodes(nodes, p) * t.revocation_per_hour : 0.0;
+}
+
+int SpotNodes(int nodes, Purchase p) {
   switch (p) {
     case Purchase::kOnDemand:
       return 0;
     case Purchase::kSpot:
-      return nodes * t.revocation_per_hour;
+      return nodes;
     case Purchase::kAnchor:
-      return (nodes - 1) * t.revocation_per_hour;
+      return std::max(0, nodes - 1);
   }
   return 0;
 }

@@ -24,9 +24,9 @@ struct CostOptions {
   // Weight of the catalog's revocation rate against the job's own spot exposure, in node-hours of
   // observation (LearnedRevocationRate). The catalog's figure is a regional monthly average (Spot
   // Advisor's interruption band); the rate a job meets in its zone and week differs from it by
-  // orders of magnitude (the shipped 16-node and single-node V100 traces: 0.3-0.7 revocations per
-  // node-hour up, against bands of ~1e-4), so one day of one node's own exposure weighs as much as
-  // the band. > 0.
+  // orders of magnitude (three shipped V100 capacity traces: 0.25-0.56 revocations per hour of
+  // capacity for one node, against 1.8e-4 for g4dn.12xlarge's band in us-east-1), so one day of
+  // one node's own exposure weighs as much as the band. > 0.
   double revocation_prior_node_hours = 24;
   bool IsValid(std::string* error) const;
 };
@@ -34,6 +34,9 @@ struct CostOptions {
 // USD per hour for `nodes` instances: on-demand n·od; spot n·spot; anchor od + (n−1)·spot
 // (n = 1 anchor is on-demand). Spot prices fall back to on-demand when the type has no spot offer.
 double HourlyPrice(const InstanceType& t, int nodes, Purchase p);
+// Spot nodes of `nodes` instances bought as `p`: all for spot, all but the on-demand anchor for
+// anchor, none on demand.
+int SpotNodes(int nodes, Purchase p);
 // Revocations per hour of the whole cluster: (number of spot nodes) × the type's rate.
 double ClusterRevocationRate(const InstanceType& t, int nodes, Purchase p);
 // Young/Daly optimal checkpoint interval sqrt(2·C/λ) in seconds (C seconds, λ per hour);

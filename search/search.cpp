@@ -23,6 +23,28 @@ struct Rank {
   }
 };
 
+// Keeps the best `k` of the items offered (sorted by rank, ties in the order offered).
+class BestK {
+ public:
+  explicit BestK(size_t k) : k_(k) { items_.reserve(k + 1); }
+  void Offer(const Rank& rk, const Evaluation& e) {
+    if (items_.size() == k_ && !(rk < items_.back().first)) return;
+    auto pos = std::upper_bound(items_.begin(), items_.end(), rk,
+                                [](const Rank& a, const auto& b) { return a < b.first; });
+    items_.insert(pos, {rk, e});
+    if (items_.size() > k_) items_.pop_back();
+  }
+  std::vector<Evaluation> Take() {
+    std::vector<Evaluation> out;
+    for (auto& [rk, e] : items_) out.push_back(std::move(e));
+    return out;
+  }
+
+ private:
+  size_t k_;
+  std::vector<std::pair<Rank, Evaluation>> items_;
+};
+
 Rank RankOf(const Evaluation& e, const ObjectiveOptions& o) {
   if (e.feasible) return {0, e.Objective(o.goal)};
   return {1, o.ExpectedExcess(e.hours, e.cost, e.log_sigma)};
@@ -86,8 +108,8 @@ void ForEachEvaluated(const SearchProblem& p, Fn&& fn) {
       if (c.purchase != Purchase::kOnDemand && !p.space.spot_nodes_available.empty() &&
           !(c.purchase == Purchase::kSpot && p.space.wait_for_spot)) {
         auto a = p.space.spot_nodes_available.find(t.name);
-        const int spot_nodes = c.purchase == Purchase::kSpot ? c.nodes : c.nodes - 1;
-        if (a != p.space.spot_nodes_available.end() && spot_nodes > a->second) continue;
+        if (a != p.space.spot_nodes_available.end() && SpotNodes(c.nodes, c.purchase) > a->second)
+          continue;
       }
       fn(t, c, step, it->second);
     }
@@ -331,8 +353,7 @@ SearchResult Search(const SearchProblem& p) {
   CheckProblem(p);
   SearchResult r;
   const size_t k = std::max(1, p.keep_top);
-  std::vector<std::pair<Rank, Evaluation>> top;  // sorted, at most k
-  top.reserve(k + 1);
+  BestK top(k), promising(k);
   double best_excluded = kInf;
   ForEachEvaluated(
       p, [&](const InstanceType& t, const Config& c, const Estimate& step, const Estimate& steps) {
@@ -344,26 +365,13 @@ SearchResult Search(const SearchProblem& p) {
           if (p.objective.DeadlineMiss(e.hours, e.log_sigma) > 1) ++r.excluded_by_deadline;
           if (p.objective.BudgetMiss(e.hours, e.cost, e.log_sigma) > 1) ++r.excluded_by_budget;
           best_excluded = std::min(best_excluded, e.Objective(p.objective.goal));
-          if (p.objective.Miss(e.hours, e.cost, e.log_sigma) * std::exp(-2 * e.log_sigma) <= 1) {
-            const double v = e.Objective(p.objective.goal);
-            auto& pr = r.promising;
-            if (pr.size() < k || v < pr.back().Objective(p.objective.goal)) {
-              auto pos = std::upper_bound(pr.begin(), pr.end(), v, [&](double x, const auto& b) {
-                return x < b.Objective(p.objective.goal);
-              });
-              pr.insert(pos, e);
-              if (pr.size() > k) pr.pop_back();
-            }
-          }
+          if (p.objective.Miss(e.hours, e.cost, e.log_sigma) * std::exp(-2 * e.log_sigma) <= 1)
+            promising.Offer({0, e.Objective(p.objective.goal)}, e);
         }
-        Rank rk = RankOf(e, p.objective);
-        if (top.size() == k && !(rk < top.back().first)) return;
-        auto pos = std::upper_bound(top.begin(), top.end(), rk,
-                                    [](const Rank& a, const auto& b) { return a < b.first; });
-        top.insert(pos, {rk, std::move(e)});
-        if (top.size() > k) top.pop_back();
+        top.Offer(RankOf(e, p.objective), e);
       });
-  for (auto& [rk, e] : top) r.top.push_back(std::move(e));
+  r.top = top.Take();
+  r.promising = promising.Take();
   if (!r.top.empty() && r.top[0].feasible && best_excluded < r.top[0].Objective(p.objective.goal))
     r.better_but_excluded = 1;  // at least one; the exact count is not tracked
   if (!r.top.empty() && !r.top[0].feasible) StepTowardAPlan(p, &r);

@@ -194,9 +194,7 @@ Oracle::Oracle(const Scenario& s, const OracleOptions& o) : s_(s), o_(o) {
       T.group.push_back(g);
       T.price.push_back(HourlyPrice(it, c.nodes, p));
       T.ckpt_share.push_back(T.model.CheckpointShare(c));
-      T.spot_nodes.push_back(p == Purchase::kSpot     ? c.nodes
-                             : p == Purchase::kAnchor ? c.nodes - 1
-                                                      : 0);
+      T.spot_nodes.push_back(SpotNodes(c.nodes, p));
     }
   }
   const size_t C = T.configs.size();

@@ -69,12 +69,16 @@ struct Running {
   double hazard_rate = 0;    // revocations per hour drawn from the catalog (parts without a trace)
   double catalog_rate = 0;   // the catalog's revocation rate of all parts (the job's checkpoints)
   double checkpoint_s = 0, tau_s = 0;
-  double batch = 0;                                    // global batch
-  std::vector<std::pair<const SpotTrace*, int>> spot;  // spot nodes held of each traced type
-  // Spot nodes of every spot part by type (traced or not): the job's exposure; the catalog's
-  // revocations (parts without a trace) are charged to the first untraced one.
-  std::vector<std::pair<std::string, int>> spot_types;
-  std::string hazard_type;
+  double batch = 0;  // global batch
+  // The spot nodes of each part that has any: the job's exposure. A part with a capacity trace
+  // holds them while the trace has them; the catalog's revocations (hazard_rate) are charged to
+  // the first part without one.
+  struct SpotPart {
+    std::string type;
+    int nodes = 0;
+    const SpotTrace* trace = nullptr;  // null: no trace
+  };
+  std::vector<SpotPart> spot;
   // The hooks' step time is recorded in the job's profile under `key` (one hardware only: the
   // profile is per single-type configuration).
   bool observed = true;
@@ -310,27 +314,21 @@ class Simulator {
     // Real spot capacity: the spot nodes this part holds, and what it pays while it waits for
     // them (its on-demand anchor; an on-demand part of a mixed cluster keeps paying too).
     auto it = s_.spot.find(type);
-    if (purchase == Purchase::kOnDemand || it == s_.spot.end()) {
-      run->hazard_rate += rate;  // revocations of a type without a trace: the catalog's rate
-      const int spot_nodes = purchase == Purchase::kSpot ? nodes : nodes - 1;
-      if (purchase != Purchase::kOnDemand && spot_nodes > 0) {
-        run->spot_types.emplace_back(type, spot_nodes);
-        if (run->hazard_type.empty()) run->hazard_type = type;
-      }
-      if (purchase == Purchase::kOnDemand) run->waiting_price += HourlyPrice(t, nodes, purchase);
-      return;
-    }
-    const int spot_nodes = purchase == Purchase::kSpot ? nodes : nodes - 1;
-    if (spot_nodes > 0) run->spot.emplace_back(&it->second, spot_nodes);
-    if (spot_nodes > 0) run->spot_types.emplace_back(type, spot_nodes);
-    if (purchase == Purchase::kAnchor) run->waiting_price += HourlyPrice(t, 1, Purchase::kOnDemand);
+    const bool traced = purchase != Purchase::kOnDemand && it != s_.spot.end();
+    if (!traced) run->hazard_rate += rate;  // a type without a trace: the catalog's rate
+    if (const int spot_nodes = SpotNodes(nodes, purchase); spot_nodes > 0)
+      run->spot.push_back({type, spot_nodes, traced ? &it->second : nullptr});
+    if (purchase == Purchase::kOnDemand) run->waiting_price += HourlyPrice(t, nodes, purchase);
+    if (traced && purchase == Purchase::kAnchor)
+      run->waiting_price += HourlyPrice(t, 1, Purchase::kOnDemand);
   }
-  // Whether every spot part has its nodes now.
-  bool SpotHeld(const Running& run) const {
-    for (const auto& [trace, nodes] : run.spot)
-      if (trace->Available(t_h_ * 3600, nodes, s_.spot_reading, spot_offset_s_) < nodes)
-        return false;
-    return true;
+  // The first part whose capacity trace does not have its nodes now (null: every one has them).
+  const Running::SpotPart* ShortPart(const Running& run) const {
+    for (const auto& part : run.spot)
+      if (part.trace && part.trace->Available(t_h_ * 3600, part.nodes, s_.spot_reading,
+                                              spot_offset_s_) < part.nodes)
+        return &part;
+    return nullptr;
   }
 
   void RunWindow(const Running& run, double window_s, PolicyResult* r) {
@@ -340,18 +338,17 @@ class Simulator {
     // Young/Daly interval of the running configuration, not the decision windows).
     double left = window_s;
     double& since_ckpt = since_ckpt_s_;
+    const bool traced = std::any_of(run.spot.begin(), run.spot.end(),
+                                    [](const Running::SpotPart& p) { return p.trace; });
+    const auto untraced = std::find_if(run.spot.begin(), run.spot.end(),
+                                       [](const Running::SpotPart& p) { return !p.trace; });
     while (left > 1e-9 && progress_ < s_.target_progress) {
       const double chunk = std::min(60.0, left);
-      if (!run.spot.empty()) {
-        if (!SpotHeld(run)) {
+      if (traced) {
+        if (const Running::SpotPart* lost = ShortPart(run)) {
           if (running_ && !waiting_) {  // the capacity it holds is gone: a revocation
             ++r->revocations;
-            for (size_t i = 0; i < run.spot.size(); ++i)
-              if (run.spot[i].first->Available(t_h_ * 3600, run.spot[i].second, s_.spot_reading,
-                                               spot_offset_s_) < run.spot[i].second) {
-                ++exposure_[TracedType(run.spot[i].first)].revocations;
-                break;
-              }
+            ++exposure_[lost->type].revocations;
             progress_ = last_ckpt_progress_;
             metric_ = last_ckpt_metric_;
             since_ckpt = 0;
@@ -391,8 +388,8 @@ class Simulator {
       progress_ += dp;
       metric_ = metric;
       Advance(chunk / 3600.0, price);
-      for (const auto& [type, nodes] : run.spot_types)
-        exposure_[type].node_hours += nodes * chunk / 3600.0;
+      for (const auto& part : run.spot)
+        exposure_[part.type].node_hours += part.nodes * chunk / 3600.0;
       left -= chunk;
       since_ckpt += chunk;
       if (since_ckpt >= tau_s) {
@@ -408,7 +405,7 @@ class Simulator {
       hazard_ += rate * chunk / 3600.0;
       if (hazard_ >= next_revocation_) {
         ++r->revocations;
-        if (!run.hazard_type.empty()) ++exposure_[run.hazard_type].revocations;
+        if (untraced != run.spot.end()) ++exposure_[untraced->type].revocations;
         progress_ = last_ckpt_progress_;
         metric_ = last_ckpt_metric_;
         Advance(s_.cost.restart_s / 3600.0, price);
@@ -450,12 +447,6 @@ class Simulator {
   bool waiting_ = false;  // waiting for spot capacity
   MixedTruth mixed_truth_;
   std::map<std::string, core::SpotExposure> exposure_;  // what the job has seen of spot, per type
-  // The type whose capacity trace `trace` is.
-  std::string TracedType(const SpotTrace* trace) const {
-    for (const auto& [type, t] : s_.spot)
-      if (&t == trace) return type;
-    return "";
-  }
 };
 
 // A predictor that knows every trace (for the oracle and trace-informed baselines).

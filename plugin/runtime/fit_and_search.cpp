@@ -228,7 +228,7 @@ search::RecommendRequest BuildRecommendRequest(const Snapshot& s, const FitAndSe
   const bool waits = o.recommend.space.wait_for_spot && cur.purchase == search::Purchase::kSpot;
   if (auto a = s.spot_nodes_available.find(type);
       !waits && a != s.spot_nodes_available.end() && cur.purchase != search::Purchase::kOnDemand &&
-      (cur.purchase == search::Purchase::kSpot ? cur.nodes : cur.nodes - 1) > a->second)
+      search::SpotNodes(cur.nodes, cur.purchase) > a->second)
     cur.purchase = search::Purchase::kOnDemand;
   req.current = cur;
   req.catalog = o.catalog;

@@ -45,9 +45,6 @@ nlohmann::json InputsJson(const core::Snapshot& s, bool restored) {
   for (const auto& o : s.noise_history)
     if (std::find(batches.begin(), batches.end(), o.batch) == batches.end())
       batches.push_back(o.batch);
-  nlohmann::json exposure = nlohmann::json::object();
-  for (const auto& [type, e] : s.spot_exposure)
-    exposure[type] = {{"node_hours", e.node_hours}, {"revocations", e.revocations}};
   return {{"step", s.step},
           {"progress", s.progress},
           {"noise",
@@ -64,7 +61,7 @@ nlohmann::json InputsJson(const core::Snapshot& s, bool restored) {
             {"accum_steps", s.current.accum_steps},
             {"instance_type", s.current.instance_type}}},
           {"restored", restored},
-          {"spot_exposure", std::move(exposure)},
+          {"spot_exposure", SpotExposureJson(s.spot_exposure)},
           {"profile_csv", csv.str()}};
 }
 
@@ -359,11 +356,8 @@ void Runtime::CountSpending(const core::Snapshot& p, core::Snapshot* s) {
                                 s->purchase.value_or(core::Purchase::kOnDemand));
   spent_usd_ += price * dt / 3600;
   // Spot exposure, and the revocation a notice announced: the search learns the rate from them.
-  const core::Purchase purchase = s->purchase.value_or(core::Purchase::kOnDemand);
-  const int nodes = std::max(1, s->current.num_nodes);
-  const int spot_nodes = purchase == core::Purchase::kSpot     ? nodes
-                         : purchase == core::Purchase::kAnchor ? nodes - 1
-                                                               : 0;
+  const int spot_nodes = search::SpotNodes(std::max(1, s->current.num_nodes),
+                                           s->purchase.value_or(core::Purchase::kOnDemand));
   const std::string& type = s->current.instance_type;
   if (spot_nodes > 0 && !type.empty()) exposure_[type].node_hours += spot_nodes * dt / 3600;
   if (preempted_.load() && !notice_counted_ && !type.empty()) {

@@ -118,9 +118,6 @@ json SavedState::ToJson() const {
     e["max_gpus_per_node"] = m.max_gpus_per_node;
     prof.push_back(std::move(e));
   }
-  json exposure = json::object();
-  for (const auto& [type, e] : spot_exposure)
-    exposure[type] = {{"node_hours", e.node_hours}, {"revocations", e.revocations}};
   return {{"step", step},
           {"progress", progress},
           {"current", KeyToJson(current)},
@@ -133,7 +130,14 @@ json SavedState::ToJson() const {
           {"gns", gns},
           {"models", models},
           {"recommendation", recommendation},
-          {"spot_exposure", std::move(exposure)}};
+          {"spot_exposure", SpotExposureJson(spot_exposure)}};
+}
+
+json SpotExposureJson(const std::map<std::string, core::SpotExposure>& exposure) {
+  json j = json::object();
+  for (const auto& [type, e] : exposure)
+    j[type] = {{"node_hours", e.node_hours}, {"revocations", e.revocations}};
+  return j;
 }
 
 SavedState SavedState::FromJson(const json& j, const std::string& source) {

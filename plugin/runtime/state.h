@@ -78,5 +78,8 @@ SavedState MakeSavedState(const core::Snapshot& s, const nlohmann::json* recomme
 // The snapshot a restarted job starts from (offer it, then refit with the trigger "restored" so
 // the first recommendation uses the earlier measurements).
 core::Snapshot RestoreSnapshot(const SavedState& state);
+// {TYPE: {"node_hours": h, "revocations": k}}: the spot exposure as the state file and a
+// recommendation's inputs write it.
+nlohmann::json SpotExposureJson(const std::map<std::string, core::SpotExposure>& exposure);
 
 }  // namespace cloudtune::runtime

@@ -33,6 +33,10 @@ TEST(Cost, PricesByPurchaseOption) {
   EXPECT_DOUBLE_EQ(ClusterRevocationRate(t, 3, Purchase::kSpot), 0.03);
   EXPECT_DOUBLE_EQ(ClusterRevocationRate(t, 3, Purchase::kAnchor), 0.02);
   EXPECT_DOUBLE_EQ(ClusterRevocationRate(t, 3, Purchase::kOnDemand), 0.0);
+  EXPECT_EQ(SpotNodes(3, Purchase::kSpot), 3);
+  EXPECT_EQ(SpotNodes(3, Purchase::kAnchor), 2);
+  EXPECT_EQ(SpotNodes(1, Purchase::kAnchor), 0);
+  EXPECT_EQ(SpotNodes(3, Purchase::kOnDemand), 0);
   t.spot_per_hour = -1;  // no spot offer: spot falls back to on-demand, never revoked
   EXPECT_DOUBLE_EQ(HourlyPrice(t, 2, Purchase::kSpot), 8.0);
   EXPECT_DOUBLE_EQ(ClusterRevocationRate(t, 2, Purchase::kSpot), 0.0);
