@@ -27,6 +27,8 @@ struct FakeRequest {
 };
 
 struct FakeAnswer {
+  FakeAnswer() = default;
+  FakeAnswer(int s, std::string b) : status(s), body(std::move(b)) {}
   int status = 404;
   std::string body;
   std::vector<std::pair<std::string, std::string>> headers;

@@ -36,7 +36,11 @@ class Budget {
   bool Left() const { return Clock::now() < end_; }
   HttpAnswer Ask(const HttpUrl& base, HttpRequestSpec spec) const {
     const auto left = std::chrono::duration_cast<milliseconds>(end_ - Clock::now());
-    if (left.count() <= 0) return HttpAnswer{false, "time budget spent"};
+    if (left.count() <= 0) {
+      HttpAnswer spent;
+      spent.error = "time budget spent";
+      return spent;
+    }
     spec.connect_timeout = left / 2;
     spec.read_timeout = left - spec.connect_timeout;
     spec.max_body_bytes = 16 * 1024;
