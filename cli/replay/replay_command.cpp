@@ -242,7 +242,9 @@ void RegisterReplayCommand(CLI::App& app) {
         if (one_type && ct) TallyMixed(*ct, *one_type, &t);
         if (up > 0 && up_met == cloudtune_met) t.vs_uniform.push_back(cloudtune / up);
         const bool time_goal = s.objective.goal == core::Goal::kTime;
-        if (time_goal && oracle_h > 0) t.time_vs_oracle.push_back(cloudtune_h / oracle_h);
+        // Against an oracle that finished: one that found no schedule has no makespan to match.
+        if (time_goal && oracle_met && oracle_h > 0)
+          t.time_vs_oracle.push_back(cloudtune_h / oracle_h);
         if (!time_goal && hindsight_fixed > 0)
           t.vs_hindsight_fixed.push_back(cloudtune / hindsight_fixed);
         if (up > 0 && up_met && !cloudtune_met) ++t.uniform_met_cloudtune_missed;
