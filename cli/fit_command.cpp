@@ -153,6 +153,10 @@ void RegisterFitCommands(CLI::App& app) {
   fit->add_option("--sync-batch-effect-sigma", fa->options.fit.sync_batch_effect_sigma,
                   "Prior std. dev. of the per-batch-size all-reduce effects (log scale)")
       ->capture_default_str();
+  fit->add_option("--growth-sigma", fa->options.fit.growth_sigma,
+                  "Std. dev. of the all-reduce's growth exponent beyond the replica counts seen "
+                  "(widens those predictions; 0 = off)")
+      ->capture_default_str();
   fit->callback([fa] { RunFit(*fa); });
 
   auto pa = std::make_shared<PredictArgs>();

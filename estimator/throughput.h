@@ -51,7 +51,9 @@ struct StepPrediction {
   double step_time = 0;     // seconds per optimizer step (accumulation included)
   double throughput = 0;    // samples per second = global_batch / step_time
   // One standard deviation of log(step_time): a relative uncertainty (0.05 = ~5%). Grows when the
-  // configuration lies outside what the fit saw (extrapolation) or the parameter was unidentified.
+  // configuration lies outside what the fit saw (extrapolation: an unseen node count, placement or
+  // batch size; more replicas than the fit saw, by ThroughputFitOptions::growth_sigma) or the
+  // parameter was unidentified.
   double log_sigma = 0;
 };
 
@@ -101,6 +103,13 @@ struct ThroughputFitOptions {
   // Prior standard deviation of the per-batch-size log multiplier of the all-reduce time (how much
   // of it the backward pass of that batch size hides, gradient bucketing). Must be > 0.
   double sync_batch_effect_sigma = 0.1;
+  // Standard deviation of the growth exponent p of the all-reduce time beyond the largest replica
+  // count the fit saw in that regime (one machine, or over the network): T_n(R) = T_n(R_max) *
+  // (R/R_max)^p, p between 0 (a bandwidth-bound ring: flat) and 1 (latency-bound: linear in R).
+  // The smooth forms extrapolate one point of that family; the unmodelled rest adds
+  // (growth_sigma * log(R/R_max) * dlog(step)/dlog(T_n))^2 to a prediction's log variance.
+  // 0.29 = the standard deviation of p uniform on [0, 1]. Must be >= 0 (0 = off).
+  double growth_sigma = 0.29;
   // Posterior variance / prior variance given the other parameters, below which a parameter counts
   // as identified by the data. Must be in (0, 1).
   double identified_ratio = 0.25;
@@ -217,6 +226,10 @@ class ThroughputModel {
   double batch_effect_sigma_ = 0.1;  // prior std of an unseen batch size's effect
   double compute_effect_sigma_ = 0.05;
   double sync_batch_effect_sigma_ = 0.1;
+  double growth_sigma_ = 0.29;
+  // The largest replica count the fit saw with R >= 2 on one machine (local = true) or over the
+  // network; 0 if none.
+  int MaxReplicasSeen(bool local) const;
   ThroughputFitStats stats_;
 };
 

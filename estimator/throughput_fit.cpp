@@ -391,6 +391,7 @@ void ThroughputModel::Fitter::LayOutEffects() {
   m_.batch_effect_sigma_ = options_.batch_effect_sigma * ps;
   m_.compute_effect_sigma_ = options_.compute_effect_sigma * ps;
   m_.sync_batch_effect_sigma_ = options_.sync_batch_effect_sigma * ps;
+  m_.growth_sigma_ = options_.growth_sigma;
 }
 
 void ThroughputModel::Fitter::SetUpCache() {

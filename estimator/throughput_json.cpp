@@ -276,7 +276,8 @@ nlohmann::json ThroughputModel::ToJson() const {
                 {"placement_effect_sigma", placement_effect_sigma_},
                 {"batch_effect_sigma", batch_effect_sigma_},
                 {"compute_effect_sigma", compute_effect_sigma_},
-                {"sync_batch_effect_sigma", sync_batch_effect_sigma_}};
+                {"sync_batch_effect_sigma", sync_batch_effect_sigma_},
+                {"growth_sigma", growth_sigma_}};
   nlohmann::json ps = nlohmann::json::array();
   for (int i = 0; i < kC; ++i) {
     ps.push_back({{"name", ThroughputParamName(i)},
@@ -353,8 +354,11 @@ ThroughputModel ThroughputModel::FromJson(const nlohmann::json& j, const std::st
   m.batch_effect_sigma_ = r.Number(mo, "batch_effect_sigma", "model");
   m.compute_effect_sigma_ = r.Number(mo, "compute_effect_sigma", "model");
   m.sync_batch_effect_sigma_ = r.Number(mo, "sync_batch_effect_sigma", "model");
-  for (double s : {m.noise_sigma_, m.node_effect_sigma_, m.placement_effect_sigma_,
-                   m.batch_effect_sigma_, m.compute_effect_sigma_, m.sync_batch_effect_sigma_})
+  // Absent from models written before the growth term: those predicted without it.
+  m.growth_sigma_ = mo.contains("growth_sigma") ? r.Number(mo, "growth_sigma", "model") : 0.0;
+  for (double s :
+       {m.noise_sigma_, m.node_effect_sigma_, m.placement_effect_sigma_, m.batch_effect_sigma_,
+        m.compute_effect_sigma_, m.sync_batch_effect_sigma_, m.growth_sigma_})
     if (s < 0) r.Fail("model: sigmas must be >= 0");
   ReadCore(j, r, &m.theta_, &m.identified_);
   Effects e;

@@ -38,6 +38,8 @@ bool ThroughputFitOptions::IsValid(std::string* error) const {
   if (!positive(batch_effect_sigma)) return fail("batch_effect_sigma must be > 0");
   if (!positive(compute_effect_sigma)) return fail("compute_effect_sigma must be > 0");
   if (!positive(sync_batch_effect_sigma)) return fail("sync_batch_effect_sigma must be > 0");
+  if (!(growth_sigma >= 0) || !std::isfinite(growth_sigma))
+    return fail("growth_sigma must be >= 0");
   if (!positive(prior_scale)) return fail("prior_scale must be > 0");
   if (!(identified_ratio > 0 && identified_ratio < 1))
     return fail("identified_ratio must be in (0, 1)");
@@ -128,6 +130,13 @@ double ThroughputModel::sync_batch_effect(int local_bsz) const {
   return EffectOrZero(theta_, SyncBatchIndex(local_bsz));
 }
 
+int ThroughputModel::MaxReplicasSeen(bool local) const {
+  int r_max = 0;
+  for (const auto& [nn, rr] : compute_placements_)
+    if (rr >= 2 && (nn <= 1) == local) r_max = std::max(r_max, rr);
+  return r_max;
+}
+
 StepPrediction ThroughputModel::Predict(const ConfigKey& key, int gpus_per_node) const {
   constexpr int kC = kNumThroughputParams;
   using Jet = ceres::Jet<double, kC + 2>;  // core | all-reduce effects | compute effects
@@ -178,6 +187,15 @@ StepPrediction ThroughputModel::Predict(const ConfigKey& key, int gpus_per_node)
   }
   for (const auto& [i, gi] : g)
     for (const auto& [j, gj] : g) var += gi * covariance(i, j) * gj;
+  // More replicas than the fit saw in this regime: the growth form's own uncertainty. A regime the
+  // fit never saw rests on its priors, whose variance is already in the covariance.
+  if (sync) {
+    const int r_max = MaxReplicasSeen(!net);
+    if (r_max >= 2 && replicas > r_max) {
+      const double s = growth_sigma_ * std::log(double(replicas) / r_max) * step.v[kC] / step.a;
+      var += s * s;
+    }
+  }
   p.log_sigma = std::sqrt(std::max(0.0, var));
   return p;
 }

@@ -1,21 +1,25 @@
 #!/usr/bin/env python3
 """Is the throughput model's stated uncertainty honest on real traces?
 
-usage: fit_uncertainty_coverage.py [--cli build/bin/cloudtune] --pollux DIR
+usage: fit_uncertainty_coverage.py [--cli build/bin/cloudtune] --pollux DIR [--suffix=-rtx]
+                                  [--fit-args="--growth-sigma 0"]
 
-For every model folder under DIR (placements.csv + scalability.csv), rows averaged per key
-(num_nodes, num_replicas, local_bsz) as in shared/eval/fit_accuracy.py, two splits:
+For every model folder under DIR (placements{SUFFIX}.csv + scalability{SUFFIX}.csv), rows averaged
+per key (num_nodes, num_replicas, local_bsz) as in shared/eval/fit_accuracy.py, three splits:
   S1  a random 75/25 split of the keys (random.Random(0) shuffle of the sorted keys)
   S2  fit on keys with replicas <= Rmax//2, predict the keys with more replicas
+  S3  fit on 8 random keys (random.Random(100 + seed), seeds 0-4), predict the rest (pooled)
 `cloudtune fit` on the first part, `cloudtune predict` on the rest, and the fraction of held-out
 keys whose |log(predicted / measured step time)| is within 1 and 2 of the predicted log_sigma
-(a calibrated Gaussian gives 68 % and 95 %), plus the median log_sigma. Standard library only.
+(a calibrated Gaussian gives 68 % and 95 %), plus the median log_sigma; the last line pools every
+set per split. Standard library only.
 """
 import argparse
 import csv
 import math
 import os
 import random
+import shlex
 import statistics
 import subprocess
 import sys
@@ -24,12 +28,13 @@ import tempfile
 from trace_keys import mean_by_key
 
 
-def load(folder):
-    return mean_by_key([os.path.join(folder, n) for n in ("placements.csv", "scalability.csv")
+def load(folder, suffix=""):
+    names = ["%s%s.csv" % (n, suffix) for n in ("placements", "scalability")]
+    return mean_by_key([os.path.join(folder, n) for n in names
                         if os.path.exists(os.path.join(folder, n))])
 
 
-def coverage(cli, data, train, test, tmp):
+def coverage(cli, data, train, test, tmp, fit_args=()):
     paths = [os.path.join(tmp, n) for n in ("train.csv", "test.csv", "model.json")]
     for path, keys in zip(paths, (train, test)):
         with open(path, "w", newline="") as f:
@@ -37,7 +42,8 @@ def coverage(cli, data, train, test, tmp):
             w.writerow(["num_nodes", "num_replicas", "local_bsz", "step_time", "sync_time"])
             for k in keys:
                 w.writerow([k[0], k[1], k[2], repr(data[k][0]), repr(data[k][1])])
-    subprocess.run([cli, "fit", paths[0], "-o", paths[2]], capture_output=True, check=True)
+    subprocess.run([cli, "fit", paths[0], "-o", paths[2], *fit_args], capture_output=True,
+                   check=True)
     out = subprocess.run([cli, "predict", paths[2], paths[1]], capture_output=True, text=True,
                          check=True).stdout
     z, sig = [], []
@@ -46,6 +52,10 @@ def coverage(cli, data, train, test, tmp):
         s = float(r["log_sigma"])
         z.append(abs(math.log(float(r["predicted_step_time"]) / data[k][0])) / s)
         sig.append(s)
+    return z, sig
+
+
+def summary(z, sig):
     return (100 * sum(x <= 1 for x in z) / len(z), 100 * sum(x <= 2 for x in z) / len(z),
             statistics.median(sig))
 
@@ -54,11 +64,15 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cli", default="build/bin/cloudtune")
     ap.add_argument("--pollux", required=True)
+    ap.add_argument("--suffix", default="")
+    ap.add_argument("--fit-args", default="", help="extra arguments for `cloudtune fit`")
     a = ap.parse_args()
-    print("%-12s %-34s %-34s" % ("set", "S1: <=1sd <=2sd median_sigma", "S2: <=1sd <=2sd median_sigma"))
+    print("%-17s %-28s %-28s %-28s" % ("set", *("%s: <=1sd <=2sd median_sigma" % s
+                                                  for s in ("S1", "S2", "S3"))))
+    pooled = [([], []) for _ in range(3)]
     with tempfile.TemporaryDirectory() as tmp:
         for m in sorted(os.listdir(a.pollux)):
-            data = load(os.path.join(a.pollux, m))
+            data = load(os.path.join(a.pollux, m), a.suffix)
             if not data:
                 continue
             keys = sorted(data)
@@ -66,10 +80,27 @@ def main():
             random.Random(0).shuffle(ks)
             cut = int(0.75 * len(ks))
             rmax = max(k[1] for k in keys)
-            s1 = coverage(a.cli, data, ks[:cut], ks[cut:], tmp)
-            s2 = coverage(a.cli, data, [k for k in keys if k[1] <= rmax // 2],
-                          [k for k in keys if k[1] > rmax // 2], tmp)
-            print("%-12s %5.0f%% %5.0f%% %8.3f               %5.0f%% %5.0f%% %8.3f" % (m, *s1, *s2))
+            splits = [[(ks[:cut], ks[cut:])],
+                      [([k for k in keys if k[1] <= rmax // 2], [k for k in keys if k[1] > rmax // 2])],
+                      []]
+            for seed in range(5):
+                ks3 = keys[:]
+                random.Random(100 + seed).shuffle(ks3)
+                splits[2].append((ks3[:8], ks3[8:]))
+            row = []
+            for i, split in enumerate(splits):
+                z, sig = [], []
+                for train, test in split:
+                    if train and test:
+                        zz, ss = coverage(a.cli, data, train, test, tmp, shlex.split(a.fit_args))
+                        z += zz
+                        sig += ss
+                pooled[i][0].extend(z)
+                pooled[i][1].extend(sig)
+                row.append("%5.0f%% %5.0f%% %8.3f      " % summary(z, sig) if z else "%-28s" % "-")
+            print("%-17s %s" % (m + a.suffix, "".join(row)))
+    print("%-17s %s" % ("all", "".join("%5.0f%% %5.0f%% %8.3f      " % summary(*p) if p[0] else ""
+                                     for p in pooled)))
 
 
 if __name__ == "__main__":

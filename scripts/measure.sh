@@ -19,6 +19,9 @@ $B/bench_fit --benchmark_min_time=0.5
 $B/bench_fit_memory
 echo "== throughput model: uncertainty coverage and trace key scatter"
 python3 scripts/fit_uncertainty_coverage.py --cli $B/cloudtune --pollux ../shared/data/traces/pollux-t4
+for s in rtx quad; do
+  python3 scripts/fit_uncertainty_coverage.py --cli $B/cloudtune --pollux ../shared/data/traces/sia --suffix=-$s
+done
 python3 scripts/trace_key_scatter.py --pollux ../shared/data/traces/pollux-t4
 $B/bench_search
 [ -x $B/bench_efficiency ] && $B/bench_efficiency

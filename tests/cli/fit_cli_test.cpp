@@ -202,6 +202,20 @@ TEST(FitCli, PredictRejectsBadTraceToo) {
   EXPECT_TRUE(r.out.empty());
 }
 
+TEST(FitCli, BadOptionsNameTheOption) {
+  const std::string model = TmpDir() + "/badopt.json";
+  Result r = RunCli("fit " + kGavel + "v100_resnet50.csv -o " + model + " --growth-sigma=-0.5");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.err, "cloudtune: error: fit: growth_sigma must be >= 0\n");
+  EXPECT_FALSE(Exists(model));
+  // 0 turns the growth term off and is written to the model.
+  ASSERT_EQ(RunCli("fit " + kGavel + "v100_resnet50.csv -o " + model + " --growth-sigma 0").status,
+            0);
+  std::ifstream in(model);
+  const auto j = nlohmann::json::parse(in);
+  EXPECT_EQ(j.at("types").at("v100").at("model").at("model").at("growth_sigma").get<double>(), 0.0);
+}
+
 TEST(FitCli, MissingArgumentsAreUsageErrors) {
   Result r = RunCli("fit " + kGavel + "v100_resnet50.csv");
   EXPECT_NE(r.status, 0);

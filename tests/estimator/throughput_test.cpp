@@ -98,6 +98,10 @@ TEST(ThroughputOptions, InvalidValuesAreNamed) {
   EXPECT_FALSE(o.IsValid(&err));
   EXPECT_EQ(err, "max_iterations must be >= 1");
   o = {};
+  o.growth_sigma = -0.1;
+  EXPECT_FALSE(o.IsValid(&err));
+  EXPECT_EQ(err, "growth_sigma must be >= 0");
+  o = {};
   o.cost_tolerance = -0.1;
   EXPECT_FALSE(o.IsValid(&err));
   EXPECT_EQ(err, "cost_tolerance must be >= 0");
@@ -251,6 +255,61 @@ TEST(ThroughputFit, UncertaintyGrowsWithExtrapolation) {
   const double new_bsz = m.Predict(Key(4, 8, 1024)).log_sigma;
   EXPECT_GT(far, seen);
   EXPECT_GT(new_bsz, seen);
+}
+
+TEST(ThroughputFit, MoreReplicasThanSeenCarryTheGrowthTermsUncertainty) {
+  // A truth whose all-reduce grows like sqrt(R) (between the flat and the linear bound) over the
+  // network, fitted on R <= 32: beyond that the smooth form's extrapolation is off, and the
+  // growth term widens the interval with log(R / 32). Where the fit saw R, nothing changes.
+  const Truth t;
+  auto step = [&](const ConfigKey& k) {
+    const double tc = t.Compute(k.local_bsz);
+    if (k.num_replicas < 2) return tc;
+    const double tn = k.num_nodes == 1 ? t.alpha_l + t.beta_l * (k.num_replicas - 2)
+                                       : t.alpha_n * std::sqrt(k.num_replicas / 2.0);
+    const double a = t.omega * tc;
+    return tc + tn - std::pow(std::pow(a, -t.gamma) + std::pow(tn, -t.gamma), -1 / t.gamma);
+  };
+  std::mt19937 rng(17);
+  std::normal_distribution<double> noise(0.0, 0.03);
+  std::vector<Measurement> data;
+  for (const auto& k : Grid()) {
+    Measurement m;
+    m.key = k;
+    m.step_time = step(k) * std::exp(noise(rng));
+    m.sync_time = std::min(0.95 * m.step_time, std::max(0.0, step(k) - t.Compute(k.local_bsz)));
+    data.push_back(m);
+  }
+  ThroughputFitOptions off;
+  off.growth_sigma = 0;
+  const auto with = FitThroughput(data), without = FitThroughput(data, off);
+  EXPECT_DOUBLE_EQ(with.Predict(Key(8, 32, 16)).log_sigma,
+                   without.Predict(Key(8, 32, 16)).log_sigma);
+  double last_extra = 0;
+  for (int r : {64, 128, 256}) {
+    const ConfigKey k = Key(r / 4, r, 16);
+    const auto p = with.Predict(k), q = without.Predict(k);
+    EXPECT_DOUBLE_EQ(p.step_time, q.step_time);  // the term widens, it does not move
+    const double extra = p.log_sigma * p.log_sigma - q.log_sigma * q.log_sigma;
+    const double bound = 0.29 * std::log(r / 32.0);
+    EXPECT_GT(extra, last_extra) << "R = " << r;
+    EXPECT_LE(extra, bound * bound * (1 + 1e-9)) << "R = " << r;  // sensitivity <= 1
+    last_extra = extra;
+    const double z = std::abs(std::log(step(k) / p.step_time));
+    EXPECT_LE(z, 2 * p.log_sigma) << "R = " << r << ": truth outside 2 sigma";
+    if (r >= 128) {  // without the term the interval stays put while the error grows
+      EXPECT_GT(z, 2 * q.log_sigma) << "R = " << r << ": the test needs a truth the form misses";
+    }
+  }
+  // On one machine the bound is the largest single-machine replica count seen (4).
+  EXPECT_GT(with.Predict(Key(1, 8, 16)).log_sigma, without.Predict(Key(1, 8, 16)).log_sigma);
+  // The JSON keeps the term; a model written before it predicts without.
+  auto j = with.ToJson();
+  EXPECT_DOUBLE_EQ(ThroughputModel::FromJson(j, "m").Predict(Key(32, 128, 16)).log_sigma,
+                   with.Predict(Key(32, 128, 16)).log_sigma);
+  j["model"].erase("growth_sigma");
+  EXPECT_DOUBLE_EQ(ThroughputModel::FromJson(j, "old").Predict(Key(32, 128, 16)).log_sigma,
+                   without.Predict(Key(32, 128, 16)).log_sigma);
 }
 
 // Degenerate inputs fit without error, give finite predictions and flag what they cannot see.
