@@ -164,18 +164,8 @@ RecordedInputs InputsFromSidecar(const Sidecar& s) {
   std::istringstream csv(f.String(in, "inputs.profile_csv"));
   snap.profile = estimator::ParseTrace(csv, r.where + ": inputs.profile_csv");
   const auto exposure = in.find("spot_exposure");  // optional: older sidecars have none
-  if (exposure != in.end()) {
-    const nlohmann::json& e = f.Object(in, "inputs.spot_exposure");
-    for (const auto& [type, v] : e.items()) {
-      const std::string name = "inputs.spot_exposure." + type;
-      if (!v.is_object()) f.Fail(name, "not an object");
-      core::SpotExposure x;
-      x.node_hours = f.Number(v, name + ".node_hours");
-      x.revocations = f.Integer(v, name + ".revocations", 0);
-      if (!(x.node_hours >= 0)) f.Fail(name + ".node_hours", "must be >= 0");
-      snap.spot_exposure[type] = x;
-    }
-  }
+  if (exposure != in.end())
+    snap.spot_exposure = runtime::SpotExposureFromJson(*exposure, r.where, "inputs.spot_exposure");
   const auto sf = rec->json.find("straggler_factor");
   if (sf != rec->json.end() && sf->is_number()) snap.straggler_factor = sf->get<double>();
   const auto hist = in.find("noise_history_batches");

@@ -173,18 +173,24 @@ SavedState SavedState::FromJson(const json& j, const std::string& source) {
   s.models = Member(j, "models", source, "");
   if (!s.models.is_object()) Bad(source, "\"models\" is not an object");
   s.recommendation = Member(j, "recommendation", source, "");
-  if (j.contains("spot_exposure")) {
-    const json& e = j["spot_exposure"];
-    if (!e.is_object()) Bad(source, "\"spot_exposure\" is not an object");
-    for (auto it = e.begin(); it != e.end(); ++it) {
-      const std::string where = "spot_exposure." + it.key();
-      core::SpotExposure x;
-      x.node_hours = Number(it.value(), "node_hours", source, where, 0);
-      x.revocations = static_cast<int>(Integer(it.value(), "revocations", source, where, 0));
-      s.spot_exposure[it.key()] = x;
-    }
-  }
+  if (j.contains("spot_exposure"))
+    s.spot_exposure = SpotExposureFromJson(j["spot_exposure"], source, "spot_exposure");
   return s;
+}
+
+std::map<std::string, core::SpotExposure> SpotExposureFromJson(const json& j,
+                                                               const std::string& source,
+                                                               const std::string& where) {
+  if (!j.is_object()) Bad(source, "\"" + where + "\" is not an object");
+  std::map<std::string, core::SpotExposure> out;
+  for (const auto& [type, v] : j.items()) {
+    const std::string field = where + "." + type;
+    core::SpotExposure x;
+    x.node_hours = Number(v, "node_hours", source, field, 0);
+    x.revocations = static_cast<int>(Integer(v, "revocations", source, field, 0));
+    out[type] = x;
+  }
+  return out;
 }
 
 bool SaveState(const std::string& path, const SavedState& s, std::string* error) {

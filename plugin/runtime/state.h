@@ -81,5 +81,10 @@ core::Snapshot RestoreSnapshot(const SavedState& state);
 // {TYPE: {"node_hours": h, "revocations": k}}: the spot exposure as the state file and a
 // recommendation's inputs write it.
 nlohmann::json SpotExposureJson(const std::map<std::string, core::SpotExposure>& exposure);
+// The inverse: reads that object. Throws cloudtune::InputError naming `source` and the field
+// (`where`.TYPE.node_hours, ...) on a value that is not an object, missing or negative.
+std::map<std::string, core::SpotExposure> SpotExposureFromJson(const nlohmann::json& j,
+                                                               const std::string& source,
+                                                               const std::string& where);
 
 }  // namespace cloudtune::runtime

@@ -131,7 +131,7 @@ TEST(SidecarReader, InputsCarryTheSpotExposure) {
     FAIL() << "a negative revocation count was accepted";
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find(
-                  "inputs.spot_exposure.g4dn.12xlarge.revocations: must be an integer >= 0"),
+                  "\"inputs.spot_exposure.g4dn.12xlarge.revocations\" = -1 is out of range (>= 0)"),
               std::string::npos)
         << e.what();
   }
