@@ -168,13 +168,13 @@ void DefaultCurrent(const search::Catalog& catalog, core::Snapshot* snap) {
 
 // The (hours, cost) Pareto front of the same problem the runtime solved.
 nlohmann::json Pareto(const runtime::Runtime& rt, const core::Snapshot& snap,
-                      const search::Recommendation& r) {
+                      const runtime::TunerResult& res) {
+  const search::Recommendation& r = res.decision;
   const runtime::FitAndSearchOptions& fo = rt.search_options();
   const search::RecommendRequest req = runtime::BuildRecommendRequest(snap, fo);
   search::ProfilePredictor pred(rt.catalog(), req.profile, req.options.measured_sigma,
                                 req.throughput);
-  const auto eff = fo.efficiency_model ? *fo.efficiency_model
-                                       : estimator::EfficiencyModel::FromNoise(snap.noise);
+  const estimator::EfficiencyModel& eff = *res.efficiency;  // the one the runtime decided with
   const auto& o = req.options;
   search::SearchProblem p;
   p.catalog = &rt.catalog();
@@ -208,7 +208,7 @@ std::string Render(const RecArgs& a, const runtime::Runtime& rt, const core::Sna
                    const runtime::TunerResult& res) {
   if (a.format == "table") return res.decision.ToTable();
   nlohmann::json j = res.recommendation;
-  if (a.pareto) j["pareto"] = Pareto(rt, snap, res.decision);
+  if (a.pareto) j["pareto"] = Pareto(rt, snap, res);
   return j.dump(2) + "\n";
 }
 

@@ -216,12 +216,12 @@ bool EfficiencyFitOptions::IsValid(std::string* error) const {
   return true;
 }
 
-EfficiencyModel EfficiencyModel::FromNoise(const NoiseState& s,
-                                           const EfficiencyFitOptions& options) {
+EfficiencyModel EfficiencyModel::FromNoise(const NoiseState& s, const EfficiencyFitOptions& options,
+                                           double measured_batch) {
   EfficiencyModel m;
   m.base_batch_ = s.base_batch;
   m.single_batch_ = true;
-  m.max_batch_ = s.base_batch;  // what the estimate was measured at
+  m.max_batch_ = measured_batch > 0 ? measured_batch : s.base_batch;  // what it was measured at
   m.noise_log_sigma_ = std::isfinite(s.log_sigma) ? std::max(0.0, s.log_sigma) : 0.0;
   m.min_log_sigma_ = options.min_log_sigma;
   m.extrapolation_sigma_ = options.extrapolation_sigma;
@@ -595,7 +595,10 @@ void SolveKnots(const std::vector<Use>& use, const std::vector<double>& kp,
                                nullptr, &drift[k]);
 
   ceres::Solver::Options so;
-  so.linear_solver_type = ceres::DENSE_QR;
+  // The Jacobian is banded (an observation touches its two neighbouring knots, a smoothness term
+  // two knots) plus gamma's one dense column: sparse normal equations solve it in time linear in
+  // the knots, where a dense QR grows with their cube.
+  so.linear_solver_type = ceres::SPARSE_NORMAL_CHOLESKY;
   so.max_num_iterations = 200;
   so.num_threads = 1;
   so.logging_type = ceres::SILENT;
@@ -651,6 +654,29 @@ EfficiencyModel FitEfficiency(const std::vector<NoiseObservation>& obs,
   }
   m.residual_rms_ = 1.4826 * core::Median(abs_res, 0.0);
   return m;
+}
+
+void ThinNoiseHistory(std::vector<NoiseObservation>* history, size_t cap) {
+  auto& h = *history;
+  cap = std::max<size_t>(cap, 1);
+  while (h.size() > cap) {
+    // Per batch: how many observations, and the index of its oldest (the history is in order).
+    std::vector<std::pair<double, std::pair<size_t, size_t>>> by_batch;  // batch, (count, oldest)
+    for (size_t i = 0; i < h.size(); ++i) {
+      auto it = std::find_if(by_batch.begin(), by_batch.end(),
+                             [&](const auto& b) { return b.first == h[i].batch; });
+      if (it == by_batch.end())
+        by_batch.push_back({h[i].batch, {1, i}});
+      else
+        ++it->second.first;
+    }
+    auto most =
+        std::max_element(by_batch.begin(), by_batch.end(), [](const auto& a, const auto& b) {
+          return a.second.first != b.second.first ? a.second.first < b.second.first
+                                                  : a.second.second > b.second.second;
+        });
+    h.erase(h.begin() + static_cast<std::ptrdiff_t>(most->second.second));
+  }
 }
 
 // ---- ProgressAccount ------------------------------------------------------------------------

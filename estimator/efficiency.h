@@ -120,9 +120,11 @@ struct EfficiencyFitOptions {
 class EfficiencyModel {
  public:
   // The plain theory: the noise state taken as constant (no drift). Its sampling uncertainty
-  // (s.log_sigma) enters every prediction's log_sigma.
+  // (s.log_sigma) enters every prediction's log_sigma. `measured_batch` (samples): the batch the
+  // state was measured at, which max_observed_batch() reports; <= 0 = the state's base batch.
   static EfficiencyModel FromNoise(const NoiseState& s,
-                                   const EfficiencyFitOptions& options = EfficiencyFitOptions());
+                                   const EfficiencyFitOptions& options = EfficiencyFitOptions(),
+                                   double measured_batch = 0);
   // Gain of one step at `batch` when the run has made `progress` B0-steps.
   double GainAt(double batch, double progress) const;
   // Efficiency GainAt / (batch / B0).
@@ -184,6 +186,13 @@ class EfficiencyModel {
   double noise_log_sigma_ = 0;  // NoiseState::log_sigma of FromNoise's state
   std::vector<Knot> knots_;
 };
+
+// Bounds a job's noise history to `cap` observations (cap >= 1). While there are more, drops the
+// oldest observation of the batch with the most observations (ties: the batch whose oldest is
+// older). The fit needs both kinds of evidence a plain "keep the last cap" loses: every batch the
+// job has run (how the noise measured at one batch relates to another: the drift) and the recent
+// observations (the noise's level now, which grows as training progresses). Order is kept.
+void ThinNoiseHistory(std::vector<NoiseObservation>* history, size_t cap);
 
 // Fits the drift model. Deterministic. Throws cloudtune::InputError on invalid options, no usable
 // observation (all with non-positive statistics) or a batch/progress that is not positive/finite.

@@ -528,7 +528,9 @@ Recommendation Recommend(const RecommendRequest& req) {
   auto predictor = std::make_shared<ProfilePredictor>(catalog, profile, req.options.measured_sigma,
                                                       req.throughput);
   auto eff = std::make_shared<estimator::EfficiencyModel>(
-      req.efficiency ? *req.efficiency : estimator::EfficiencyModel::FromNoise(*req.noise));
+      req.efficiency ? *req.efficiency
+                     : estimator::EfficiencyModel::FromNoise(
+                           *req.noise, {}, static_cast<double>(current.global_batch())));
   const double from = req.options.current_progress, to = req.options.target_progress;
   const double floor = req.options.steps_sigma_floor;
   SearchProblem p;

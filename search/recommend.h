@@ -63,7 +63,7 @@ struct RecommendOptions {
 struct RecommendRequest {
   std::vector<core::Measurement> profile;  // measured configurations (instance_type set,
                                            // or "" = the current configuration's type)
-  std::optional<core::NoiseState> noise;   // current gradient noise
+  std::optional<core::NoiseState> noise;   // current gradient noise, measured at current's batch
   std::optional<estimator::EfficiencyModel> efficiency;  // preferred over `noise` when set
   std::optional<Config> current;                         // what the job runs now
   const Catalog* catalog = nullptr;                      // nullptr = DefaultCatalog()

@@ -16,14 +16,14 @@
 #include "cli/replay/oracle.h"
 #include "estimator/core/error.h"
 #include "estimator/core/json_file.h"
+#include "estimator/efficiency.h"
 #include "plugin/runtime/runtime.h"
 
 namespace cloudtune::replay {
 
 namespace {
 
-constexpr double kLimitHours = 20000;    // a policy that has not finished by then is cut off
-constexpr size_t kMaxNoiseHistory = 64;  // noise observations a job keeps (as the live runtime)
+constexpr double kLimitHours = 20000;  // a policy that has not finished by then is cut off
 
 // ---- simulation -------------------------------------------------------------------------------
 
@@ -331,6 +331,16 @@ class Simulator {
     return nullptr;
   }
 
+  // The gradient statistics the hooks measured at the batch the job runs: one observation per
+  // simulated minute of training (the live runtime records at least every measure_seconds, 30 s
+  // by default; the traces hold epoch averages, so denser samples of them would add nothing),
+  // runtime::kMaxNoiseHistory of them kept, thinned as the live runtime thins them.
+  void RecordNoise(double batch) {
+    const core::NoiseState ns = s_.NoiseAt(progress_, batch);
+    noise_history_.push_back({batch, progress_, 0.0, ns.grad_sqr, ns.grad_var});
+    estimator::ThinNoiseHistory(&noise_history_, runtime::kMaxNoiseHistory);
+  }
+
   void RunWindow(const Running& run, double window_s, PolicyResult* r) {
     const double price = run.price, rate = run.hazard_rate, ckpt = run.checkpoint_s;
     const double tau_s = run.tau_s, batch = run.batch, waiting_price = run.waiting_price;
@@ -388,6 +398,7 @@ class Simulator {
       progress_ += dp;
       metric_ = metric;
       Advance(chunk / 3600.0, price);
+      RecordNoise(batch);
       for (const auto& part : run.spot)
         exposure_[part.type].node_hours += part.nodes * chunk / 3600.0;
       left -= chunk;
@@ -423,10 +434,6 @@ class Simulator {
       o.sync = run.sync_time * noise;
       ++o.n;
     }
-    // The gradient statistics the hooks measured, at the batch it ran.
-    const core::NoiseState ns = s_.NoiseAt(progress_, batch);
-    noise_history_.push_back({batch, progress_, 0.0, ns.grad_sqr, ns.grad_var});
-    if (noise_history_.size() > kMaxNoiseHistory) noise_history_.erase(noise_history_.begin());
   }
 
   const Scenario& s_;

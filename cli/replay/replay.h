@@ -146,8 +146,9 @@ struct JobView {
   double exploration_hours = 0, exploration_usd = 0;  // of which on measurements
   // Spot nodes per type it knows it can get now (requests refused, revocation notices).
   std::map<std::string, int> spot_nodes_available;
-  // The gradient statistics it measured along its run (one per window, at the batch it ran; the
-  // last 64, as the live runtime keeps): with two batches or more the efficiency drift is fitted.
+  // The gradient statistics it measured along its run (one per simulated minute of training, at
+  // the batch it ran; at most 64, thinned as the live runtime thins them, ThinNoiseHistory): with
+  // two batches or more the efficiency drift is fitted.
   std::vector<core::NoiseObservation> noise_history;
   // Its spot exposure and the revocations it has seen, per type.
   std::map<std::string, core::SpotExposure> spot_exposure;

@@ -19,14 +19,18 @@ std::string Fixed(double v, int digits) {
   return buf;
 }
 
-// Statistical efficiency: the drift model when the run has seen >= 2 batch sizes.
-estimator::EfficiencyModel EfficiencyFor(const Snapshot& s, const FitAndSearchOptions& o) {
+// Statistical efficiency: the drift model when the run has seen >= 2 batch sizes; else the plain
+// theory, measured at the one batch in the history or, with none, at `current_batch` (samples).
+estimator::EfficiencyModel EfficiencyFor(const Snapshot& s, const FitAndSearchOptions& o,
+                                         double current_batch) {
   if (o.efficiency_model) return *o.efficiency_model;
   std::vector<double> batches;
   for (const auto& ob : s.noise_history)
     if (std::find(batches.begin(), batches.end(), ob.batch) == batches.end())
       batches.push_back(ob.batch);
-  if (batches.size() < 2) return estimator::EfficiencyModel::FromNoise(s.noise);
+  if (batches.size() < 2)
+    return estimator::EfficiencyModel::FromNoise(s.noise, o.efficiency,
+                                                 batches.empty() ? current_batch : batches[0]);
   estimator::EfficiencyFitOptions eo = o.efficiency;
   if (eo.base_batch <= 0) eo.base_batch = s.noise.base_batch;
   return estimator::FitEfficiency(s.noise_history, eo);
@@ -269,7 +273,9 @@ TunerResult FitAndSearch(const Snapshot& s, const RefitContext& ctx, const FitAn
   }
   const double slowdown = s.straggler_factor > 1 ? s.straggler_factor : 1.0;
   if (slowdown > 1) DestraggleProfile(s.current, slowdown, &req.profile);
-  req.efficiency = EfficiencyFor(s, o);
+  req.efficiency = EfficiencyFor(
+      s, o,
+      static_cast<double>(req.current ? req.current->global_batch() : s.current.global_batch()));
   const bool rate = !(req.options.target_progress > 0);
   double horizon = 0;  // B0-steps priced by the rate objective
   if (rate) {

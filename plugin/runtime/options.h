@@ -10,6 +10,7 @@
 // from / checked against it).
 #pragma once
 
+#include <cstddef>
 #include <functional>
 #include <string>
 #include <vector>
@@ -19,6 +20,10 @@ namespace cloudtune::runtime {
 // The fewest timed steps (after the warm-up) a record closed by measure_seconds holds: enough for a
 // step-time mean within a few percent (one step's scatter is ~5%) and a gradient-noise update.
 inline constexpr int kMinRecordSteps = 5;
+// The gradient-noise observations (one per record) a job keeps for its efficiency fit, thinned by
+// estimator::ThinNoiseHistory (every batch it has run stays represented); bounds the per-snapshot
+// copy.
+inline constexpr size_t kMaxNoiseHistory = 64;
 
 struct Options {
   // CLOUDTUNE=1 switches the plugin on; unset or 0 leaves every hook a no-op.

@@ -13,6 +13,7 @@
 
 #include "estimator/core/error.h"
 #include "estimator/core/trace.h"
+#include "estimator/efficiency.h"
 #include "plugin/runtime/detail/thread.h"
 #include "plugin/runtime/http_server.h"
 #include "plugin/runtime/preemption.h"
@@ -23,8 +24,6 @@
 
 namespace cloudtune::runtime {
 namespace {
-
-constexpr size_t kMaxNoiseHistory = 64;  // bounds the per-snapshot copy
 
 std::string Num(double v) {
   std::ostringstream s;
@@ -271,9 +270,7 @@ void Runtime::RestoreState() {
     return;
   }
   base_ = RestoreSnapshot(*r.state);
-  if (base_.noise_history.size() > kMaxNoiseHistory)  // bounded across many restarts
-    base_.noise_history.erase(base_.noise_history.begin(),
-                              base_.noise_history.end() - kMaxNoiseHistory);
+  estimator::ThinNoiseHistory(&base_.noise_history, kMaxNoiseHistory);  // across many restarts
   restored_ = true;
   Log("cloudtune: restored state from " + path + ": " + std::to_string(base_.profile.size()) +
       " configuration(s), step " + std::to_string(base_.step) + ", progress " +
@@ -321,7 +318,7 @@ std::shared_ptr<const core::Snapshot> Runtime::Convert(const core::Snapshot& p) 
   if (p.noise_valid && batch > 0) {
     history_.push_back({batch, base_.progress + progress_, static_cast<double>(base_.step + p.step),
                         p.noise.grad_sqr, p.noise.grad_var});
-    if (history_.size() > kMaxNoiseHistory) history_.pop_front();
+    estimator::ThinNoiseHistory(&history_, kMaxNoiseHistory);
   }
   s->step = base_.step + p.step;
   s->progress = base_.progress + progress_;

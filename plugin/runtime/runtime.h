@@ -34,6 +34,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "estimator/batch_size.h"
 #include "estimator/core/env.h"
@@ -242,7 +243,7 @@ class Runtime {
   bool notice_counted_ = false;
   long long last_step_ = 0;
   double progress_ = 0;  // B0-steps made by this process
-  std::deque<core::NoiseObservation> history_;
+  std::vector<core::NoiseObservation> history_;
   std::atomic<long long> step_{0};  // latest step offered (for records written by other threads)
 };
 

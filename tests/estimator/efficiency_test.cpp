@@ -5,6 +5,7 @@
 #include <cmath>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "estimator/core/error.h"
 #include "tests/shared_data.h"
@@ -279,6 +280,56 @@ TEST(EfficiencyFit, SkipsNonPositiveStatisticsAndRejectsBadInput) {
   } catch (const InputError& e) {
     EXPECT_STREQ(e.what(), "efficiency fit: no observation with positive grad_sqr and grad_var");
   }
+}
+
+// A job measures its noise at every record; it keeps a bounded history. Thinning the most-observed
+// batch keeps the evidence of every batch it has run (the drift needs it) and the newest records
+// (the level now); dropping the oldest would lose the first batches after `cap` records.
+TEST(NoiseHistory, ThinningKeepsEveryBatchAndTheNewestRecords) {
+  std::vector<NoiseObservation> h;
+  double progress = 0;
+  auto record = [&](double batch) {
+    progress += 10;
+    h.push_back({batch, progress, 0, 1.0, 2.0});
+    ThinNoiseHistory(&h, 16);
+  };
+  for (int i = 0; i < 3; ++i) record(256);
+  for (int i = 0; i < 3; ++i) record(512);
+  for (int i = 0; i < 100; ++i) record(1024);
+  ASSERT_EQ(h.size(), 16u);
+  int n256 = 0, n512 = 0;
+  for (const auto& o : h) n256 += o.batch == 256, n512 += o.batch == 512;
+  EXPECT_EQ(n256, 3);
+  EXPECT_EQ(n512, 3);
+  EXPECT_DOUBLE_EQ(h.back().progress, progress);   // the newest record is kept
+  EXPECT_DOUBLE_EQ(h[6].progress, progress - 90);  // then the 10 newest at 1024, in order
+  for (size_t i = 1; i < h.size(); ++i) EXPECT_LT(h[i - 1].progress, h[i].progress);
+  // The fit still sees the three batches.
+  const EfficiencyModel m = FitEfficiency(h);
+  EXPECT_EQ(m.observed_batches().size(), 3u);
+  EXPECT_DOUBLE_EQ(m.max_observed_batch(), 1024);
+
+  // Two batches past the cap in turn: each keeps an even share, the oldest of the larger share
+  // goes first (ties: the batch whose oldest record is older).
+  h.clear();
+  for (int i = 0; i < 40; ++i) record(i % 2 ? 64.0 : 32.0);
+  ASSERT_EQ(h.size(), 16u);
+  int n32 = 0;
+  for (const auto& o : h) n32 += o.batch == 32;
+  EXPECT_EQ(n32, 8);
+  EXPECT_DOUBLE_EQ(h.front().progress, progress - 150);
+  // A cap below 1 keeps one observation.
+  ThinNoiseHistory(&h, 0);
+  ASSERT_EQ(h.size(), 1u);
+}
+
+TEST(Efficiency, FromNoiseReportsTheBatchItWasMeasuredAt) {
+  const NoiseState s{1.0, 3.0, 32.0};
+  EXPECT_DOUBLE_EQ(EfficiencyModel::FromNoise(s).max_observed_batch(), 32);
+  const EfficiencyModel m = EfficiencyModel::FromNoise(s, EfficiencyFitOptions(), 512);
+  EXPECT_DOUBLE_EQ(m.max_observed_batch(), 512);
+  // Only what it reports as observed changes, not the plain theory's predictions.
+  EXPECT_DOUBLE_EQ(m.GainAt(128, 0), EfficiencyModel::FromNoise(s).GainAt(128, 0));
 }
 
 TEST(EfficiencyFit, DefaultOptionsAreValidAndBadOnesAreNamed) {

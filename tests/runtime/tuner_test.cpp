@@ -430,6 +430,19 @@ TEST(FitAndSearch, SameNumbersAsRecommendOnTheRecordedProfile) {
   std::printf("%s\n", r.log_line.c_str());
 }
 
+// A job that has measured its noise at one batch only decides with the plain theory, observed at
+// that batch: the search may grow the batch from there (not from B0, which it may never have run).
+TEST(FitAndSearch, OneBatchHistoryIsObservedAtThatBatch) {
+  CLOUDTUNE_NEEDS_SHARED_DATA();
+  Snapshot s = RealSnapshot();  // B0 = 128
+  for (int i = 0; i < 5; ++i) s.noise_history.push_back({1024, 1000.0 + 100 * i, 0, 0.02, 4.0});
+  const TunerResult r = MakeFitAndSearch(RealOptions())(s, RefitContext{"timer", 1});
+  ASSERT_TRUE(r.efficiency);
+  EXPECT_TRUE(r.efficiency->single_batch());
+  EXPECT_DOUBLE_EQ(r.efficiency->max_observed_batch(), 1024);
+  EXPECT_EQ(r.recommendation["models"]["efficiency"]["max_observed_batch"], 1024.0);
+}
+
 // A spot cluster whose capacity is gone: under the cost goal without a deadline it waits the
 // shortage out (stays on spot); with a deadline, or CLOUDTUNE_WAIT_FOR_SPOT=0, staying means on
 // demand.
