@@ -431,7 +431,8 @@ TEST(Replay, CloudtuneSeesNoTruthOfConfigurationsItDidNotRun) {
 TEST(Replay, CloudtuneGrowsTheBatchAsTheMeasuredNoiseGrows) {
   CLOUDTUNE_NEEDS_SHARED_DATA();
   const Scenario s = LoadScenario(kScenarios + "/pollux-cifar10-deadline.json");
-  const PolicyResult& ct = Find(RunReplay(s, 1), "cloudtune");
+  const auto runs = RunReplay(s, 1);
+  const PolicyResult& ct = Find(runs, "cloudtune");
   ASSERT_GE(ct.configs_run.size(), 2u);
   const long long first = ct.configs_run[1].global_batch();  // its first decision
   long long largest = 0;
