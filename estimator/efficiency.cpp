@@ -657,25 +657,27 @@ EfficiencyModel FitEfficiency(const std::vector<NoiseObservation>& obs,
 }
 
 void ThinNoiseHistory(std::vector<NoiseObservation>* history, size_t cap) {
+  struct Batch {
+    double batch;
+    size_t count, oldest;  // observations, index of its oldest (the history is in order)
+  };
   auto& h = *history;
   cap = std::max<size_t>(cap, 1);
   while (h.size() > cap) {
-    // Per batch: how many observations, and the index of its oldest (the history is in order).
-    std::vector<std::pair<double, std::pair<size_t, size_t>>> by_batch;  // batch, (count, oldest)
+    std::vector<Batch> seen;
     for (size_t i = 0; i < h.size(); ++i) {
-      auto it = std::find_if(by_batch.begin(), by_batch.end(),
-                             [&](const auto& b) { return b.first == h[i].batch; });
-      if (it == by_batch.end())
-        by_batch.push_back({h[i].batch, {1, i}});
+      auto it = std::find_if(seen.begin(), seen.end(),
+                             [&](const Batch& b) { return b.batch == h[i].batch; });
+      if (it == seen.end())
+        seen.push_back({h[i].batch, 1, i});
       else
-        ++it->second.first;
+        ++it->count;
     }
-    auto most =
-        std::max_element(by_batch.begin(), by_batch.end(), [](const auto& a, const auto& b) {
-          return a.second.first != b.second.first ? a.second.first < b.second.first
-                                                  : a.second.second > b.second.second;
+    const auto most =
+        std::max_element(seen.begin(), seen.end(), [](const Batch& a, const Batch& b) {
+          return a.count != b.count ? a.count < b.count : a.oldest > b.oldest;
         });
-    h.erase(h.begin() + static_cast<std::ptrdiff_t>(most->second.second));
+    h.erase(h.begin() + static_cast<std::ptrdiff_t>(most->oldest));
   }
 }
 
