@@ -83,9 +83,11 @@ double YoungDalyInterval(double checkpoint_s, double rate_per_hour) {
 }
 
 RunEstimate EstimateRun(double work_hours, double price_per_hour, double rate_per_hour,
-                        double checkpoint_s, double restart_s) {
+                        double checkpoint_s, double restart_s, double max_interval_s) {
   RunEstimate r;
   r.checkpoint_interval_s = YoungDalyInterval(checkpoint_s, rate_per_hour);
+  if (max_interval_s > 0)
+    r.checkpoint_interval_s = std::min(r.checkpoint_interval_s, max_interval_s);
   double overhead = 0;
   if (rate_per_hour > 0) {
     const double tau_h = r.checkpoint_interval_s / 3600.0;

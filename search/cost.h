@@ -3,6 +3,7 @@
 // and cost of a given amount of work.
 #pragma once
 
+#include <limits>
 #include <map>
 #include <string>
 
@@ -63,10 +64,12 @@ struct RunEstimate {
   double overhead = 0;               // (hours − work_hours) / work_hours
 };
 // Expected time and cost of `work_hours` of uninterrupted training at `price_per_hour` exposed to
-// `rate_per_hour` revocations, checkpointing every τ = YoungDalyInterval(checkpoint_s, λ):
+// `rate_per_hour` revocations, checkpointing every τ = YoungDalyInterval(checkpoint_s, λ), or
+// every `max_interval_s` seconds when that is shorter:
 //   hours = W · (1 + C/τ + λ·(R + τ/2))      (first-order: checkpoint time + per revocation the
 //                                             restart R and on average half an interval lost)
 RunEstimate EstimateRun(double work_hours, double price_per_hour, double rate_per_hour,
-                        double checkpoint_s, double restart_s);
+                        double checkpoint_s, double restart_s,
+                        double max_interval_s = std::numeric_limits<double>::infinity());
 
 }  // namespace cloudtune::search

@@ -52,6 +52,9 @@
 // depend on the seed only, so all policies face the same revocation luck (common random numbers). A
 // revocation rolls back to the last checkpoint (every Young/Daly interval of the running
 // configuration, carried across decision windows; a switch checkpoints) and costs restart_s.
+// The cloudtune policy decides fully every decision_interval_s (and after a measurement, a move to
+// other hardware, a revocation under a deadline); in between it takes up a new batch its runtime
+// proposes for the hardware it runs, in process (see data/scenarios/README.md).
 // Measurement noise is drawn per policy. Gavel's throughputs are read as aggregate worker-steps/s
 // at per-GPU batch b: the optimizer step time of R replicas is R / steps_per_s (no sync split:
 // sync_time 0). Only configurations with an even placement (replicas = nodes × GPUs per node) are

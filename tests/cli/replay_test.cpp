@@ -56,6 +56,32 @@ TEST(Replay, DeterministicForASeedAndOracleNotBeaten) {
   for (auto& r : a) EXPECT_GE(r.cost, lower * 0.97) << r.policy;
 }
 
+// One schedule line, "HOURS h: CONFIG[: why]" with CONFIG "HARDWARE, batch LxR = G".
+struct ScheduleEntry {
+  double hours = 0;
+  std::string hardware, batch;
+};
+std::vector<ScheduleEntry> Entries(const PolicyResult& r) {
+  std::vector<ScheduleEntry> out;
+  for (const std::string& line : r.schedule) {
+    const size_t h = line.find(" h: "), b = line.find(", batch ");
+    if (h == std::string::npos || b == std::string::npos) {
+      ADD_FAILURE() << "unexpected schedule line: " << line;
+      continue;
+    }
+    out.push_back({std::stod(line.substr(0, h)), line.substr(h + 4, b - h - 4),
+                   line.substr(b, line.find_first_of(":(", b) - b)});
+  }
+  return out;
+}
+// Moves to other hardware (a restart each), the start not counted.
+int HardwareSwitches(const PolicyResult& r) {
+  const auto e = Entries(r);
+  int n = 0;
+  for (size_t i = 1; i < e.size(); ++i) n += e[i].hardware != e[i - 1].hardware;
+  return n;
+}
+
 const PolicyResult& Find(const std::vector<PolicyResult>& rs, const std::string& policy) {
   for (const auto& r : rs)
     if (r.policy == policy) return r;
@@ -279,7 +305,7 @@ TEST(Replay, NoFeasibleCandidateEarlyDoesNotThrash) {
   const PolicyResult& oracle = Find(res, "oracle");
   ASSERT_TRUE(oracle.deadline_met);
   EXPECT_TRUE(ct.deadline_met) << ct.makespan_h << " h";
-  EXPECT_LE(ct.switches, 8);
+  EXPECT_LE(HardwareSwitches(ct), 8);  // restarts; the batch may follow the noise in between
   EXPECT_LT(ct.cost, 5 * oracle.cost);
   EXPECT_TRUE(ScheduleSays(ct, "expected to miss them least"));
 }
@@ -315,7 +341,7 @@ TEST(Replay, NothingMeetsTheBudgetSoItMeasuresTheUnrunType) {
 TEST(Replay, MixedClusterWhenThePreferredTypeIsShort) {
   CLOUDTUNE_NEEDS_SHARED_DATA();
   const Scenario s = LoadScenario(kScenarios + "/resnet50-multi-gpu-deadline-spot16.json");
-  const auto res = RunReplay(s, 1);
+  const auto res = RunReplay(s, 5);  // a seed whose capacity trace leaves the spot nodes short
   const PolicyResult& ct = Find(res, "cloudtune");
   const PolicyResult& one = Find(res, "cloudtune-one-type");
   EXPECT_EQ(one.mixed_switches, 0);
@@ -440,6 +466,27 @@ TEST(Replay, CloudtuneGrowsTheBatchAsTheMeasuredNoiseGrows) {
     largest = std::max(largest, ct.configs_run[i].global_batch());
   EXPECT_GE(largest, 4 * first) << ct.schedule.back();
   EXPECT_TRUE(ct.deadline_met);
+}
+
+// Between its decisions the job takes up, in process, a new batch the tuner proposes for the
+// hardware it runs: the batch follows the measured noise minutes apart, while the hardware changes
+// only at a decision (the start's measurement, then every decision_interval_s).
+TEST(Replay, CloudtuneChangesTheBatchBetweenDecisions) {
+  CLOUDTUNE_NEEDS_SHARED_DATA();
+  const Scenario s = LoadScenario(kScenarios + "/pollux-cifar10-g4dn.json");
+  const auto runs = RunReplay(s, 1);
+  const PolicyResult& ct = Find(runs, "cloudtune");
+  const auto entries = Entries(ct);
+  int between = 0;
+  for (size_t i = 2; i < entries.size(); ++i) {
+    const ScheduleEntry &a = entries[i - 1], &e = entries[i];
+    if (e.hardware == a.hardware && e.batch != a.batch &&
+        e.hours - a.hours < s.decision_interval_s / 3600 - 0.01)
+      ++between;
+  }
+  EXPECT_GE(between, 2) << ct.schedule.size() << " entries, last: " << ct.schedule.back();
+  const PolicyResult& oracle = Find(runs, "oracle");
+  EXPECT_LT(ct.cost, 1.10 * oracle.cost);
 }
 
 // Several GPU types: T4 (Pollux) and Sia's RTX 2080 Ti and Quadro RTX 6000 nodes, which no cloud

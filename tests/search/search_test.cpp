@@ -276,6 +276,34 @@ TEST(Search, SwitchingCostIsCharged) {
   EXPECT_NEAR(e.hours - Evaluate(p, other).hours, p.cost.switch_s / 3600, 1e-12);
 }
 
+// A revocation loses up to one checkpoint interval of work: under a deadline the interval fits the
+// slack the candidate leaves (Young/Daly otherwise), and the extra checkpoints are charged.
+TEST(Search, CheckpointIntervalFitsTheDeadlineSlack) {
+  Catalog c = SmallCatalog();
+  SearchProblem p = Problem(c);
+  Config spot = OneT4Node();
+  spot.purchase = Purchase::kSpot;
+  const Evaluation free = Evaluate(p, spot);
+  const double young_daly = YoungDalyInterval(p.cost.checkpoint_s, 0.01);  // one spot node
+  EXPECT_NEAR(free.checkpoint_interval_s, young_daly, 1e-9);
+  ASSERT_GT(young_daly, 3600);
+  // A deadline 0.5 h beyond the run: the interval shrinks to about that slack.
+  p.objective.deadline_h = free.hours + 0.5;
+  const Evaluation tight = Evaluate(p, spot);
+  EXPECT_LE(tight.checkpoint_interval_s, 0.5 * 3600 + 1e-9);
+  EXPECT_GT(tight.checkpoint_interval_s, 0.4 * 3600);
+  EXPECT_GT(tight.hours, free.hours);  // more checkpoints
+  EXPECT_TRUE(tight.feasible);
+  // A loose deadline leaves Young/Daly alone; a missed one too (it ranks by its lateness).
+  p.objective.deadline_h = free.hours + 100;
+  EXPECT_NEAR(Evaluate(p, spot).checkpoint_interval_s, young_daly, 1e-9);
+  p.objective.deadline_h = free.hours / 2;
+  EXPECT_NEAR(Evaluate(p, spot).checkpoint_interval_s, young_daly, 1e-9);
+  // On demand there is nothing to lose.
+  p.objective.deadline_h = free.hours + 0.5;
+  EXPECT_TRUE(std::isinf(Evaluate(p, OneT4Node()).checkpoint_interval_s));
+}
+
 // Observe, then grow: with a noise scale far above every batch, the fastest configuration is the
 // largest batch; the search proposes at most max_batch_growth x the largest observed batch, and
 // goes further once the job has run (observed) the batch it proposed.
