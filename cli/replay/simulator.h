@@ -175,8 +175,7 @@ class Simulator {
       const bool batch_only = d.retune_s > 0 && !waiting_ && !measuring && !mixed_ &&
                               !(soon && hardware_switched) &&
                               since_decision_s < s_.decision_interval_s - 1e-6;
-      const double noise =
-          s_.NoiseAt(progress_, static_cast<double>(cur_.global_batch())).noise_scale();
+      const double noise = MeasuredNoise(cur_).noise_scale();
       Decision keep = d;
       keep.config = cur_;
       keep.measure = false;
@@ -232,6 +231,11 @@ class Simulator {
     return r;
   }
 
+  // The gradient statistics the job running `cur` measures now, at the batch it runs.
+  core::NoiseState MeasuredNoise(const Config& cur) const {
+    return s_.NoiseAt(progress_,
+                      mixed_ ? MixedBatch(*mixed_) : static_cast<double>(cur.global_batch()));
+  }
   // What the job running `cur` has seen: its own noisy measurements, the gradient statistics a
   // job at its batch measures, what it has spent, the spot capacity it was told of.
   JobView View(const Config& cur) const {
@@ -244,8 +248,7 @@ class Simulator {
       m.rows = o.n;
       job.measured.push_back(m);
     }
-    job.noise = s_.NoiseAt(progress_,
-                           mixed_ ? MixedBatch(*mixed_) : static_cast<double>(cur.global_batch()));
+    job.noise = MeasuredNoise(cur);
     job.current = cur;
     job.mixed = mixed_;
     job.progress = progress_;
