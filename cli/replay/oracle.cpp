@@ -474,24 +474,48 @@ class Solver {
 
 }  // namespace
 
-OracleResult Oracle::Solve(uint64_t seed, double horizon) const {
+const Oracle& Oracle::Refined() const {
+  std::lock_guard<std::mutex> lock(refine_mu_);
+  if (!refined_) {
+    OracleOptions o = o_;
+    o.levels *= 2;
+    refined_ = std::make_unique<Oracle>(s_, o);
+  }
+  return *refined_;
+}
+
+double Oracle::Horizon(double horizon) const {
   double horizon_h = horizon > 0 ? horizon : o_.horizon_h;
   if (s_.objective.deadline_h > 0)
     horizon_h =
         horizon_h > 0 ? std::min(horizon_h, s_.objective.deadline_h) : s_.objective.deadline_h;
   if (!(horizon_h > 0)) throw InputError("oracle: no horizon (no deadline and horizon_h = 0)");
-  Solver solver(*t_, s_, seed, horizon_h);
+  return horizon_h;
+}
+
+OracleResult Oracle::Solve(uint64_t seed, double horizon, double give_up, bool best_fixed) const {
+  const double horizon_h = Horizon(horizon);
   OracleResult r;
   double cost = kInf, time = kInf, cost_lo = kInf, time_lo = kInf;
-  solver.Forward(t_->next_lo, &cost, &time, o_.schedule);
-  if (o_.schedule) solver.Schedule(&r);
+  Solver solver(*t_, s_, seed, horizon_h);
   solver.Forward(t_->next_hi, &cost_lo, &time_lo, false);
+  // The time goal's search stops at its first finish: one beyond give_up × the lower bound's
+  // time is not looked for.
+  if (give_up > 0 && s_.objective.goal == Goal::kTime && time_lo < kInf &&
+      give_up * time_lo / 3600 < horizon_h) {
+    Solver quick(*t_, s_, seed, give_up * time_lo / 3600);
+    quick.Forward(t_->next_lo, &cost, &time, o_.schedule);
+    if (o_.schedule) quick.Schedule(&r);
+  } else {
+    solver.Forward(t_->next_lo, &cost, &time, o_.schedule);
+    if (o_.schedule) solver.Schedule(&r);
+  }
   r.finished = cost < kInf;
   r.cost = cost;
   r.makespan_h = time / 3600;
   r.cost_lower = cost_lo;
   r.makespan_lower_h = time_lo / 3600;
-  solver.BestFixed(&r);
+  if (best_fixed) solver.BestFixed(&r);
   return r;
 }
 

@@ -35,6 +35,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -95,16 +96,28 @@ class Oracle {
   Oracle(const Scenario& s, const OracleOptions& o = {});
   ~Oracle();
   // The optimum for one seed (its spot traces' offset), within `horizon_h` (0: the options').
-  OracleResult Solve(uint64_t seed, double horizon_h = 0) const;
+  // `give_up` > 0, the time goal only: the schedule it can follow is searched for no later than
+  // `give_up` × the lower bound's makespan, and counts as not found beyond (a quick test of
+  // whether these levels resolve the run; the search stops at its first finish, so a schedule
+  // found within that time is the optimum). `best_fixed` false: OracleResult's fixed_* are left
+  // empty (their search is a recursion per configuration over the whole horizon).
+  OracleResult Solve(uint64_t seed, double horizon_h = 0, double give_up = 0,
+                     bool best_fixed = true) const;
   // Configurations kept after dropping the dominated batches (purchases included).
   size_t configurations() const;
+  const OracleOptions& options() const { return o_; }
+  // The same oracle at twice the progress levels, built on first use and kept (thread-safe).
+  const Oracle& Refined() const;
 
   struct Tables;  // the seed-independent tables (oracle.cpp)
 
  private:
   const Scenario& s_;
   OracleOptions o_;
+  double Horizon(double horizon_h) const;  // the one asked for, within the deadline
   std::unique_ptr<Tables> t_;
+  mutable std::mutex refine_mu_;
+  mutable std::unique_ptr<Oracle> refined_;
 };
 
 }  // namespace cloudtune::replay

@@ -11,6 +11,8 @@
 #include <random>
 #include <set>
 #include <sstream>
+#include <tuple>
+#include <utility>
 
 #include "cli/replay/mixed_truth.h"
 #include "cli/replay/oracle.h"
@@ -271,22 +273,44 @@ void AddHindsight(const Scenario& s, uint64_t seed, const Oracle* oracle,
   double horizon_h = 0;
   for (const PolicyResult& r : out)
     if (r.finished) horizon_h = std::max(horizon_h, r.makespan_h);
-  OracleOptions oo;
+  OracleOptions oo = oracle ? oracle->options() : OracleOptions{};
   oo.horizon_h = std::max(horizon_h, s.decision_interval_s / 3600);
+  const ObjectiveOptions& ob = s.objective;
+  auto meets = [&ob](bool finished, double hours, double cost) {
+    return std::pair<bool, bool>{ob.deadline_h <= 0 || (finished && hours <= ob.deadline_h),
+                                 ob.budget_usd <= 0 || (finished && cost <= ob.budget_usd)};
+  };
   std::unique_ptr<Oracle> own;
-  if (!oracle) own = std::make_unique<Oracle>(s, oo);
-  const OracleResult o = oracle ? oracle->Solve(seed, oo.horizon_h) : own->Solve(seed);
+  if (!oracle) oracle = (own = std::make_unique<Oracle>(s, oo)).get();
+  // No schedule it can follow meets the deadline and budget, yet its lower bound (progress
+  // rounded up) finds one: the levels are too coarse to tell. Refine. (While finer levels remain,
+  // a time-goal schedule later than twice its lower bound is not looked for at these levels.)
+  const int most = oo.levels * kMaxOracleRefinement;
+  auto finer = [&] { return oracle->options().levels * 2 <= most; };
+  const OracleResult given = oracle->Solve(seed, oo.horizon_h, finer() ? 2.0 : 0.0);
+  OracleResult o = given;
+  auto [deadline_met, budget_met] = meets(o.finished, o.makespan_h, o.cost);
+  while ((!o.finished || !(deadline_met && budget_met)) && std::isfinite(o.cost_lower) && finer()) {
+    oracle = &oracle->Refined();
+    o = oracle->Solve(seed, oo.horizon_h, finer() ? 2.0 : 0.0, false);
+    std::tie(deadline_met, budget_met) = meets(o.finished, o.makespan_h, o.cost);
+  }
+  // The best fixed configuration at the levels given (its search, a recursion over the whole
+  // horizon per configuration, would cost more time at finer levels than the oracle's own).
+  o.fixed_cost = given.fixed_cost, o.fixed_makespan_h = given.fixed_makespan_h;
+  o.fixed_config = given.fixed_config;
+  oo.levels = oracle->options().levels;
   PolicyResult r;
   r.policy = "oracle";
   r.finished = o.finished;
   r.cost = o.cost;
   r.cost_lower = o.cost_lower;
+  r.levels = oo.levels;
   r.switches = o.switches;
   r.schedule = o.schedule;
   r.makespan_h = o.makespan_h;
-  const ObjectiveOptions& ob = s.objective;
-  r.deadline_met = ob.deadline_h <= 0 || (r.finished && r.makespan_h <= ob.deadline_h);
-  r.budget_met = ob.budget_usd <= 0 || (r.finished && r.cost <= ob.budget_usd);
+  r.deadline_met = deadline_met;
+  r.budget_met = budget_met;
   PolicyResult f;
   f.policy = "hindsight-fixed";
   f.finished = o.fixed_cost > 0;

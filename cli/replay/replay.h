@@ -131,6 +131,7 @@ struct PolicyResult {
   int mixed_switches = 0;  // switches into a mixed cluster (several instance types)
   double mixed_hours = 0;  // hours it ran mixed clusters
   double cost_lower = 0;   // the oracle only: no schedule of its model costs less (USD)
+  int levels = 0;          // the oracle only: the progress levels it was solved at
   // "HOURS h: CONFIG" at each change of configuration (the oracle only when its options record it)
   std::vector<std::string> schedule;
   std::vector<core::ConfigKey> configs_run;  // the configurations it ran (simulated policies)
@@ -188,7 +189,14 @@ class Oracle;
 //  hindsight-fixed    the best single configuration in hindsight (cli/replay/oracle.h);
 //  oracle             the hindsight-optimal schedule (cli/replay/oracle.h) within the time the
 //                     slowest other policy took (or the deadline); built from `oracle` when given.
+//                     When no schedule it can follow meets the deadline and budget but its lower
+//                     bound finds one, its progress levels are too coarse to tell whether they can
+//                     be met: it is solved again at twice the levels, up to kMaxOracleRefinement
+//                     times those it was given (PolicyResult::levels says which).
 std::vector<PolicyResult> RunReplay(const Scenario& s, uint64_t seed,
                                     const Oracle* oracle = nullptr);
+// How much finer than it was given the oracle is solved, at most, when its levels cannot tell
+// whether the deadline and budget can be met (RunReplay, "oracle").
+inline constexpr int kMaxOracleRefinement = 8;
 
 }  // namespace cloudtune::replay

@@ -86,7 +86,7 @@ nlohmann::json PolicyJson(const replay::PolicyResult& r, double rel) {
                        {"waited_h", r.waited_h},
                        {"mixed_switches", r.mixed_switches},
                        {"mixed_hours", r.mixed_hours}};
-  if (r.policy == "oracle") pj["cost_lower_usd"] = r.cost_lower;
+  if (r.policy == "oracle") pj["cost_lower_usd"] = r.cost_lower, pj["levels"] = r.levels;
   if (!r.schedule.empty()) pj["schedule"] = r.schedule;
   return pj;
 }
@@ -190,7 +190,8 @@ void RegisterReplayCommand(CLI::App& app) {
                   "(best validation metric) or progress (the runs' progress column)");
   rep->add_option("--oracle-levels", pa->oracle_levels,
                   "Progress levels of the hindsight oracle (finer: a smaller discretisation gap, "
-                  "time and memory in proportion)")
+                  "time and memory in proportion; a run whose constraints these levels cannot "
+                  "resolve is solved again at up to 8x)")
       ->check(CLI::Range(2, 100000));
   rep->add_option("-j,--jobs", pa->jobs,
                   "Seeds replayed at once (0 = one per CPU core; the output is the same)");
@@ -223,11 +224,13 @@ void RegisterReplayCommand(CLI::App& app) {
         const auto& res = all[si];
         double oracle = 0, oracle_lower = 0, fixed = 0, fixed_spot = 0, cloudtune = 0, up = 0;
         double hindsight_fixed = 0, oracle_h = 0, cloudtune_h = 0;
+        int oracle_levels = 0;
         bool oracle_met = true, cloudtune_met = true, up_met = true;
         const replay::PolicyResult *one_type = nullptr, *ct = nullptr;
         for (auto& r : res) {
           if (r.policy == "oracle") {
             oracle = r.cost, oracle_lower = r.cost_lower, oracle_h = r.makespan_h;
+            oracle_levels = r.levels;
             oracle_met = r.finished && r.deadline_met && r.budget_met;
           }
           if (r.policy == "fixed-on-demand") fixed = r.cost;
@@ -294,7 +297,8 @@ void RegisterReplayCommand(CLI::App& app) {
           os << "oracle: a schedule it can follow costs $" << std::setprecision(2) << oracle
              << "; no schedule of its model costs less than $" << oracle_lower
              << " (discretisation " << std::setprecision(1)
-             << 100 * (oracle / std::max(1e-12, oracle_lower) - 1) << "%)\n";
+             << 100 * (oracle / std::max(1e-12, oracle_lower) - 1) << "%, " << oracle_levels
+             << " progress levels)\n";
         for (auto& r : res)
           if (pa->schedules || r.policy == "oracle" || r.policy == "hindsight-fixed")
             for (const auto& line : r.schedule) os << "  " << r.policy << " from " << line << "\n";

@@ -211,5 +211,49 @@ TEST(Oracle, NoReplayedPolicyBeatsItsLowerBound) {
   }
 }
 
+// Refined() is the same oracle at twice the levels, built once.
+TEST(Oracle, RefinedDoublesTheLevelsOnce) {
+  const Scenario s = Tiny();
+  OracleOptions o;
+  o.levels = 8;
+  o.horizon_h = 0.5;
+  const Oracle oracle(s, o);
+  const Oracle& finer = oracle.Refined();
+  EXPECT_EQ(finer.options().levels, 16);
+  EXPECT_EQ(&finer, &oracle.Refined());
+  EXPECT_EQ(finer.options().horizon_h, 0.5);
+  EXPECT_EQ(finer.Refined().options().levels, 32);
+}
+
+// On the shipped 16-node capacity trace, the time goal within $60: at 600 progress levels no
+// schedule the oracle can follow stays within the budget, while its lower bound (progress rounded
+// up) does: the levels cannot tell. At 1200 they can. The quick test (give_up) finds the same
+// schedule as the full search when it lies within give_up x the lower bound's time.
+TEST(Oracle, CoarseLevelsCannotTellWhatFinerOnesFind) {
+  CLOUDTUNE_NEEDS_SHARED_DATA();
+  const Scenario s = LoadScenario(std::string(CLOUDTUNE_SOURCE_DIR) +
+                                  "/data/scenarios/pollux-imagenet-budget-spot16.json");
+  OracleOptions o;
+  o.levels = 600;
+  const Oracle coarse(s, o);
+  const OracleResult r600 = coarse.Solve(3, 60);
+  EXPECT_FALSE(r600.finished);
+  ASSERT_TRUE(std::isfinite(r600.cost_lower));
+  EXPECT_LE(r600.cost_lower, 60);
+  const OracleResult r1200 = coarse.Refined().Solve(3, 60);
+  ASSERT_TRUE(r1200.finished);
+  EXPECT_LE(r1200.cost, 60);
+  EXPECT_GE(r1200.makespan_h, r1200.makespan_lower_h);
+  // The quick test: the same schedule when it lies within give_up x the lower bound's time,
+  // nothing when it lies beyond.
+  const double ratio = r1200.makespan_h / r1200.makespan_lower_h;
+  ASSERT_GT(ratio, 1.0);
+  const OracleResult quick = coarse.Refined().Solve(3, 60, ratio * 1.01);
+  ASSERT_TRUE(quick.finished);
+  EXPECT_EQ(quick.cost, r1200.cost);
+  EXPECT_EQ(quick.makespan_h, r1200.makespan_h);
+  EXPECT_FALSE(coarse.Refined().Solve(3, 60, ratio * 0.99).finished);
+}
+
 }  // namespace
 }  // namespace cloudtune::replay
