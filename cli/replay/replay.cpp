@@ -11,8 +11,6 @@
 #include <random>
 #include <set>
 #include <sstream>
-#include <tuple>
-#include <utility>
 
 #include "cli/replay/mixed_truth.h"
 #include "cli/replay/oracle.h"
@@ -275,55 +273,48 @@ void AddHindsight(const Scenario& s, uint64_t seed, const Oracle* oracle,
     if (r.finished) horizon_h = std::max(horizon_h, r.makespan_h);
   OracleOptions oo = oracle ? oracle->options() : OracleOptions{};
   oo.horizon_h = std::max(horizon_h, s.decision_interval_s / 3600);
-  const ObjectiveOptions& ob = s.objective;
-  auto meets = [&ob](bool finished, double hours, double cost) {
-    return std::pair<bool, bool>{ob.deadline_h <= 0 || (finished && hours <= ob.deadline_h),
-                                 ob.budget_usd <= 0 || (finished && cost <= ob.budget_usd)};
-  };
   std::unique_ptr<Oracle> own;
   if (!oracle) oracle = (own = std::make_unique<Oracle>(s, oo)).get();
+  auto as_policy = [&s](const OracleResult& x) {
+    PolicyResult p;
+    p.policy = "oracle";
+    p.finished = x.finished;
+    p.cost = x.cost;
+    p.cost_lower = x.cost_lower;
+    p.switches = x.switches;
+    p.schedule = x.schedule;
+    p.makespan_h = x.makespan_h;
+    p.Score(s.objective);
+    return p;
+  };
   // No schedule it can follow meets the deadline and budget, yet its lower bound (progress
   // rounded up) finds one: the levels are too coarse to tell. Refine. (While finer levels remain,
   // a time-goal schedule later than twice its lower bound is not looked for at these levels.)
   const int most = oo.levels * kMaxOracleRefinement;
   auto finer = [&] { return oracle->options().levels * 2 <= most; };
+  // The best fixed configuration comes from the levels given: its search, a recursion over the
+  // whole horizon per configuration, would cost more time at finer levels than the oracle's own.
   const OracleResult given = oracle->Solve(seed, oo.horizon_h, finer() ? 2.0 : 0.0);
-  OracleResult o = given;
-  auto [deadline_met, budget_met] = meets(o.finished, o.makespan_h, o.cost);
-  while ((!o.finished || !(deadline_met && budget_met)) && std::isfinite(o.cost_lower) && finer()) {
+  PolicyResult r = as_policy(given);
+  for (OracleResult o = given;
+       !(r.finished && r.deadline_met && r.budget_met) && std::isfinite(o.cost_lower) && finer();) {
     oracle = &oracle->Refined();
     o = oracle->Solve(seed, oo.horizon_h, finer() ? 2.0 : 0.0, false);
-    std::tie(deadline_met, budget_met) = meets(o.finished, o.makespan_h, o.cost);
+    r = as_policy(o);
   }
-  // The best fixed configuration at the levels given (its search, a recursion over the whole
-  // horizon per configuration, would cost more time at finer levels than the oracle's own).
-  o.fixed_cost = given.fixed_cost, o.fixed_makespan_h = given.fixed_makespan_h;
-  o.fixed_config = given.fixed_config;
-  oo.levels = oracle->options().levels;
-  PolicyResult r;
-  r.policy = "oracle";
-  r.finished = o.finished;
-  r.cost = o.cost;
-  r.cost_lower = o.cost_lower;
-  r.levels = oo.levels;
-  r.switches = o.switches;
-  r.schedule = o.schedule;
-  r.makespan_h = o.makespan_h;
-  r.deadline_met = deadline_met;
-  r.budget_met = budget_met;
+  r.levels = oracle->options().levels;
   PolicyResult f;
   f.policy = "hindsight-fixed";
-  f.finished = o.fixed_cost > 0;
-  f.cost = o.fixed_cost;
-  f.makespan_h = o.fixed_makespan_h;
+  f.finished = given.fixed_cost > 0;
+  f.cost = given.fixed_cost;
+  f.makespan_h = given.fixed_makespan_h;
   Config spot_start = s.start;
   spot_start.purchase = Purchase::kSpot;
   const bool stays =
-      o.fixed_config == s.start.ToString() || o.fixed_config == spot_start.ToString();
+      given.fixed_config == s.start.ToString() || given.fixed_config == spot_start.ToString();
   f.switches = f.finished && !stays ? 1 : 0;
-  if (f.finished) f.schedule = {"0.00 h: " + o.fixed_config};
-  f.deadline_met = ob.deadline_h <= 0 || (f.finished && f.makespan_h <= ob.deadline_h);
-  f.budget_met = ob.budget_usd <= 0 || (f.finished && f.cost <= ob.budget_usd);
+  if (f.finished) f.schedule = {"0.00 h: " + given.fixed_config};
+  f.Score(s.objective);
   out.insert(out.begin() + 1, r);
   out.insert(out.begin() + 2, f);
 }

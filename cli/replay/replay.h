@@ -135,6 +135,11 @@ struct PolicyResult {
   // "HOURS h: CONFIG" at each change of configuration (the oracle only when its options record it)
   std::vector<std::string> schedule;
   std::vector<core::ConfigKey> configs_run;  // the configurations it ran (simulated policies)
+  // Sets deadline_met and budget_met from finished, makespan_h and cost.
+  void Score(const ObjectiveOptions& o) {
+    deadline_met = o.deadline_h <= 0 || (finished && makespan_h <= o.deadline_h);
+    budget_met = o.budget_usd <= 0 || (finished && cost <= o.budget_usd);
+  }
 };
 
 // What a job running in the replay has seen: the cloudtune policy's only inputs.

@@ -225,9 +225,7 @@ class Simulator {
     r.makespan_h = t_h_;
     for (const auto& [key, o] : obs_) r.configs_run.push_back(key);
     r.finished = progress_ >= s_.target_progress;
-    const ObjectiveOptions& o = s_.objective;
-    r.deadline_met = o.deadline_h <= 0 || (r.finished && r.makespan_h <= o.deadline_h);
-    r.budget_met = o.budget_usd <= 0 || (r.finished && r.cost <= o.budget_usd);
+    r.Score(s_.objective);
     return r;
   }
 
