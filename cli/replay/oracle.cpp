@@ -8,6 +8,7 @@
 #include <sstream>
 #include <tuple>
 
+#include "cli/replay/parallel.h"
 #include "estimator/core/error.h"
 #include "estimator/efficiency.h"
 #include "search/cost.h"
@@ -155,21 +156,27 @@ Oracle::Oracle(const Scenario& s, const OracleOptions& o) : s_(s), o_(o) {
     const Config& c = s.candidates[i];
     by_hw[{c.type, c.nodes, c.gpus_per_node}].push_back(i);
   }
+  std::vector<std::vector<double>> reach(s.candidates.size());  // per candidate, per level
+  ParallelFor(s.candidates.size(), o.threads, [&](size_t i) {
+    const double train = T.model.TrainSeconds(s.candidates[i], 0);
+    reach[i].resize(T.K);
+    for (int k = 0; k < T.K; ++k) {
+      double fin = -1;
+      double u = T.model.Advance(s.candidates[i], u0 + k * du, metric[k], train, &fin);
+      if (fin >= 0) u = s.target_progress + (train - fin);  // earlier finish = better
+      reach[i][k] = u;
+    }
+  });
   std::vector<char> keep(s.candidates.size(), 0);
   for (auto& [hw, idx] : by_hw) {
     std::vector<double> best(T.K, -1);
     std::vector<size_t> arg(T.K, idx[0]);
-    for (size_t i : idx) {
-      const double train = T.model.TrainSeconds(s.candidates[i], 0);
-      for (int k = 0; k < T.K; ++k) {
-        double fin = -1;
-        double u = T.model.Advance(s.candidates[i], u0 + k * du, metric[k], train, &fin);
-        if (fin >= 0) u = s.target_progress + (train - fin);  // earlier finish = better
-        if (u > best[k]) best[k] = u, arg[k] = i;
-      }
-    }
+    for (size_t i : idx)
+      for (int k = 0; k < T.K; ++k)
+        if (reach[i][k] > best[k]) best[k] = reach[i][k], arg[k] = i;
     for (int k = 0; k < T.K; ++k) keep[arg[k]] = 1;
   }
+  reach.clear();
   for (size_t i = 0; i < s.candidates.size(); ++i)
     if (s.candidates[i] == s.start) keep[i] = 1;
 
@@ -199,28 +206,28 @@ Oracle::Oracle(const Scenario& s, const OracleOptions& o) : s_(s), o_(o) {
   }
   const size_t C = T.configs.size();
   for (int cls = 0; cls < 3; ++cls) {
-    const double sw = cls == 0 ? 0 : cls == 1 ? s.cost.batch_switch_s : s.cost.switch_s;
-    T.switch_s[cls] = sw;
+    T.switch_s[cls] = cls == 0 ? 0 : cls == 1 ? s.cost.batch_switch_s : s.cost.switch_s;
     T.next_lo[cls].assign(C * T.K, T.K);
     T.next_hi[cls].assign(C * T.K, T.K);
     T.finish[cls].assign(C * T.K, -1.f);
-    for (size_t c = 0; c < C; ++c) {
-      const double train = T.model.TrainSeconds(T.configs[c], sw);
-      for (int k = 0; k < T.K; ++k) {
-        double fin = -1;
-        const double u = T.model.Advance(T.configs[c], u0 + k * du, metric[k], train, &fin);
-        if (fin >= 0) {
-          T.finish[cls][T.At(c, k)] = static_cast<float>(fin);
-          continue;  // next levels stay K
-        }
-        const double x = (u - u0) / du;
-        T.next_lo[cls][T.At(c, k)] =
-            std::min(T.K - 1, std::max(k, static_cast<int>(std::floor(x))));
-        // Rounding up never reaches K: finishing needs the model to say so.
-        T.next_hi[cls][T.At(c, k)] = std::min(T.K - 1, static_cast<int>(std::ceil(x - 1e-9)));
-      }
-    }
   }
+  ParallelFor(C * 3, o.threads, [&](size_t task) {
+    const size_t c = task / 3;
+    const int cls = static_cast<int>(task % 3);
+    const double train = T.model.TrainSeconds(T.configs[c], T.switch_s[cls]);
+    for (int k = 0; k < T.K; ++k) {
+      double fin = -1;
+      const double u = T.model.Advance(T.configs[c], u0 + k * du, metric[k], train, &fin);
+      if (fin >= 0) {
+        T.finish[cls][T.At(c, k)] = static_cast<float>(fin);
+        continue;  // next levels stay K
+      }
+      const double x = (u - u0) / du;
+      T.next_lo[cls][T.At(c, k)] = std::min(T.K - 1, std::max(k, static_cast<int>(std::floor(x))));
+      // Rounding up never reaches K: finishing needs the model to say so.
+      T.next_hi[cls][T.At(c, k)] = std::min(T.K - 1, static_cast<int>(std::ceil(x - 1e-9)));
+    }
+  });
 }
 
 namespace {
@@ -247,12 +254,15 @@ class Solver {
         a[j] = lo;
       }
     }
+    avail_of_.resize(C, nullptr);
+    for (size_t c = 0; c < C; ++c) {
+      auto it = avail_.find(T.configs[c].type);
+      if (T.spot_nodes[c] > 0 && it != avail_.end()) avail_of_[c] = &it->second;
+    }
   }
 
   bool Allowed(size_t c, int j) const {
-    if (T.spot_nodes[c] == 0) return true;
-    auto it = avail_.find(T.configs[c].type);
-    return it == avail_.end() || it->second[j] >= T.spot_nodes[c];
+    return !avail_of_[c] || (*avail_of_[c])[j] >= T.spot_nodes[c];
   }
 
   // The recursion forward in time with progress rounded by `next` (down or up); `rec` keeps the
@@ -270,14 +280,20 @@ class Solver {
     for (int g : T.group) groups = std::max(groups, g + 1);
     *best_cost = kInf;
     *best_time = kInf;
+    // Progress never falls: no state above level `top` is reachable yet, and none is visited.
+    int top = 0;
     for (int j = 0; j < H; ++j) {
       const double t0 = j * T.W;
-      std::fill(any.begin(), any.end(), kInf);
-      grp.assign(static_cast<size_t>(groups) * K, kInf);
-      if (rec) grp_at.assign(static_cast<size_t>(groups) * K, -1);
+      std::fill(any.begin(), any.begin() + top + 1, kInf);
+      grp.resize(static_cast<size_t>(groups) * K);
+      if (rec) grp_at.resize(grp.size());
+      for (int g = 0; g < groups; ++g) {
+        std::fill(grp.begin() + g * K, grp.begin() + g * K + top + 1, kInf);
+        if (rec) std::fill(grp_at.begin() + g * K, grp_at.begin() + g * K + top + 1, -1);
+      }
       bool alive = false;
       for (size_t c = 0; c <= C; ++c)
-        for (int k = 0; k < K; ++k) {
+        for (int k = 0; k <= top; ++k) {
           const double v = V[c * K + k];
           if (v == kInf) continue;
           alive = true;
@@ -289,13 +305,15 @@ class Solver {
           }
         }
       if (!alive) break;
-      std::fill(N.begin(), N.end(), kInf);
+      for (size_t c = 0; c <= C; ++c)  // N holds the window before last's, none above `top`
+        std::fill(N.begin() + c * K, N.begin() + c * K + top + 1, kInf);
+      int next_top = top;
       std::vector<int32_t>* P = nullptr;
       if (rec) {
         parent_.emplace_back(S, -1);
         P = &parent_.back();
       }
-      for (int k = 0; k < K && may_idle; ++k) {  // idle: free, no progress
+      for (int k = 0; k <= top && may_idle; ++k) {  // idle: free, no progress
         N[C * K + k] = any[k];
         if (P && any[k] < kInf) (*P)[C * K + k] = any_at[k];
       }
@@ -303,7 +321,7 @@ class Solver {
         if (!Allowed(c, j)) continue;
         const double price = T.price[c];
         const double window_cost = T.W / 3600 * price;
-        for (int k = 0; k < K; ++k) {
+        for (int k = 0; k <= top; ++k) {
           const double base[3] = {V[c * K + k], grp[T.group[c] * K + k], any[k]};
           for (int cls = 0; cls < 3; ++cls) {
             const double b = base[cls];
@@ -328,15 +346,18 @@ class Solver {
               }
               continue;
             }
-            const size_t to = c * K + next[cls][at];
+            const int level = next[cls][at];
+            const size_t to = c * K + level;
             if (b + window_cost < N[to]) {
               N[to] = b + window_cost;
+              next_top = std::max(next_top, level);
               if (P) (*P)[to] = from();
             }
           }
         }
       }
       std::swap(V, N);
+      top = next_top;
       // The time goal stops at the first window with a finish (later ones finish later); the cost
       // goal when no state is cheaper than the best finish.
       if (time_goal && *best_time < kInf) break;
@@ -413,19 +434,22 @@ class Solver {
       const int cls0 = static_cast<int>(c) == T.start || static_cast<int>(c) == T.start_spot ? 0
                        : T.group[c] == T.group[T.start]                                      ? 1
                                                                                              : 2;
-      std::vector<double> run_v(K, kInf), idle_v(K, kInf), run_n(K), idle_n(K);
+      std::vector<double> run_v(K, kInf), idle_v(K, kInf), run_n(K, kInf), idle_n(K, kInf);
       double best = kInf, best_t = kInf;
       const double price = T.price[c], window_cost = T.W / 3600 * price;
+      int top = 0;  // as in Forward: no state above it yet
       for (int j = 0; j < H; ++j) {
-        std::fill(run_n.begin(), run_n.end(), kInf);
-        std::fill(idle_n.begin(), idle_n.end(), kInf);
+        std::fill(run_n.begin(), run_n.begin() + top + 1, kInf);
+        std::fill(idle_n.begin(), idle_n.begin() + top + 1, kInf);
+        int next_top = top;
         bool alive = j == 0;
-        for (int k = 0; k < K; ++k) {
+        const bool allowed = Allowed(c, j);
+        for (int k = 0; k <= top; ++k) {
           const double base[3] = {run_v[k], j == 0 && k == 0 ? 0.0 : kInf, idle_v[k]};
           const int cls_of[3] = {0, cls0, 2};
           if (may_idle) idle_n[k] = std::min(run_v[k], idle_v[k]);
           if (run_v[k] < kInf || idle_n[k] < kInf) alive = true;
-          if (!Allowed(c, j)) {
+          if (!allowed) {
             if (may_idle && j == 0 && k == 0)
               idle_n[0] = 0;  // waits for its capacity from the start
             continue;
@@ -443,15 +467,18 @@ class Solver {
               if (time_goal ? time < best_t : cost < best) best = cost, best_t = time;
               continue;
             }
-            double& n = run_n[T.next_lo[cls][at]];
-            n = std::min(n, b + window_cost);
+            const int level = T.next_lo[cls][at];
+            run_n[level] = std::min(run_n[level], b + window_cost);
+            next_top = std::max(next_top, level);
           }
         }
         std::swap(run_v, run_n);
         std::swap(idle_v, idle_n);
+        top = next_top;
         if (!alive || (time_goal && best_t < kInf)) break;
-        if (!time_goal && best < kInf && *std::min_element(run_v.begin(), run_v.end()) >= best &&
-            *std::min_element(idle_v.begin(), idle_v.end()) >= best)
+        if (!time_goal && best < kInf &&
+            *std::min_element(run_v.begin(), run_v.begin() + top + 1) >= best &&
+            *std::min_element(idle_v.begin(), idle_v.begin() + top + 1) >= best)
           break;
       }
       if (best < kInf) consider(best, best_t, T.configs[c]);
@@ -468,7 +495,8 @@ class Solver {
   double horizon_s = 0, budget = kInf;
   bool time_goal = false, may_idle = false;
   std::map<std::string, std::vector<int>> avail_;
-  std::vector<std::vector<int32_t>> parent_;  // per window, the state each state came from
+  std::vector<const std::vector<int>*> avail_of_;  // per configuration: its spot capacity trace
+  std::vector<std::vector<int32_t>> parent_;       // per window, the state each state came from
   int32_t fin_parent_ = -1, fin_window_ = -1, fin_config_ = -1;
 };
 

@@ -49,6 +49,8 @@ struct OracleOptions {
   double horizon_h = 0;  // latest finish, hours (> 0, or the scenario's deadline)
   // Keep the schedule (one int per state per window: windows × configurations × levels × 4 bytes).
   bool schedule = false;
+  // Threads that build the tables (0 = one per core); the tables do not depend on it.
+  unsigned threads = 0;
   bool IsValid(std::string* error) const;
 };
 

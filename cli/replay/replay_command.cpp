@@ -1,19 +1,16 @@
 // cloudtune replay: jobs replayed over measured traces (cli/replay/replay.h).
 #include <algorithm>
-#include <atomic>
 #include <cmath>
-#include <exception>
 #include <iomanip>
 #include <iostream>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <sstream>
-#include <thread>
 
 #include "cli/commands.h"
 #include "cli/progress.h"
 #include "cli/replay/oracle.h"
+#include "cli/replay/parallel.h"
 #include "cli/replay/replay.h"
 #include "estimator/core/error.h"
 #include "estimator/core/stats.h"
@@ -31,26 +28,8 @@ std::vector<std::vector<replay::PolicyResult>> RunSeeds(const replay::Scenario& 
                                                         const replay::Oracle& oracle,
                                                         unsigned jobs) {
   std::vector<std::vector<replay::PolicyResult>> out(seeds.size());
-  if (jobs == 0) jobs = std::max(1u, std::thread::hardware_concurrency());
-  jobs = std::min<unsigned>(jobs, static_cast<unsigned>(seeds.size()));
-  std::atomic<size_t> next{0};
-  std::mutex m;
-  std::exception_ptr error;
-  auto work = [&] {
-    for (size_t i; (i = next++) < seeds.size();) {
-      try {
-        out[i] = replay::RunReplay(s, seeds[i], &oracle);
-      } catch (...) {
-        std::lock_guard<std::mutex> lock(m);
-        if (!error) error = std::current_exception();
-      }
-    }
-  };
-  std::vector<std::thread> threads;
-  for (unsigned k = 1; k < jobs; ++k) threads.emplace_back(work);
-  work();
-  for (auto& t : threads) t.join();
-  if (error) std::rethrow_exception(error);
+  replay::ParallelFor(seeds.size(), jobs,
+                      [&](size_t i) { out[i] = replay::RunReplay(s, seeds[i], &oracle); });
   return out;
 }
 
@@ -193,8 +172,10 @@ void RegisterReplayCommand(CLI::App& app) {
                   "time and memory in proportion; a run whose constraints these levels cannot "
                   "resolve is solved again at up to 8x)")
       ->check(CLI::Range(2, 100000));
-  rep->add_option("-j,--jobs", pa->jobs,
-                  "Seeds replayed at once (0 = one per CPU core; the output is the same)");
+  rep->add_option(
+      "-j,--jobs", pa->jobs,
+      "Threads: the seeds replayed at once and the oracle's tables (0 = one per CPU core; "
+      "the output is the same)");
   rep->add_flag("--schedules", pa->schedules,
                 "Print every policy's schedule (its configurations and when it changed them; "
                 "implies --oracle-schedule)");
@@ -216,6 +197,7 @@ void RegisterReplayCommand(CLI::App& app) {
       replay::OracleOptions oo;
       oo.schedule = pa->oracle_schedule || pa->schedules;
       oo.levels = pa->oracle_levels;
+      oo.threads = pa->jobs;
       const replay::Oracle hindsight(s, oo);  // its tables serve every seed
       progress.Step(scenario_index, s.name + ": " + std::to_string(seeds.size()) + " seed(s)");
       const auto all = RunSeeds(s, seeds, hindsight, pa->jobs);

@@ -2,10 +2,13 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <stdexcept>
 
+#include "cli/replay/parallel.h"
 #include "estimator/core/error.h"
 #include "search/cost.h"
 #include "tests/shared_data.h"
@@ -253,6 +256,42 @@ TEST(Oracle, CoarseLevelsCannotTellWhatFinerOnesFind) {
   EXPECT_EQ(quick.cost, r1200.cost);
   EXPECT_EQ(quick.makespan_h, r1200.makespan_h);
   EXPECT_FALSE(coarse.Refined().Solve(3, 60, ratio * 0.99).finished);
+}
+
+// The tables are built on several threads; the optimum is the same on one.
+TEST(Oracle, TablesDoNotDependOnTheThreads) {
+  CLOUDTUNE_NEEDS_SHARED_DATA();
+  const Scenario s = LoadScenario(std::string(CLOUDTUNE_SOURCE_DIR) +
+                                  "/data/scenarios/pollux-cifar10-spot16.json");
+  OracleOptions one, three;
+  one.threads = 1;
+  three.threads = 3;
+  const Oracle a(s, one), b(s, three);
+  ASSERT_EQ(a.configurations(), b.configurations());
+  for (uint64_t seed : {1, 4}) {
+    const OracleResult x = a.Solve(seed, 4), y = b.Solve(seed, 4);
+    ASSERT_TRUE(x.finished);
+    EXPECT_EQ(x.cost, y.cost);
+    EXPECT_EQ(x.makespan_h, y.makespan_h);
+    EXPECT_EQ(x.cost_lower, y.cost_lower);
+    EXPECT_EQ(x.fixed_cost, y.fixed_cost);
+    EXPECT_EQ(x.fixed_config, y.fixed_config);
+  }
+}
+
+TEST(ParallelFor, RunsEveryIndexOnceAndRethrowsTheFirstError) {
+  std::vector<std::atomic<int>> hits(1000);
+  ParallelFor(hits.size(), 4, [&](size_t i) { ++hits[i]; });
+  for (const auto& h : hits) EXPECT_EQ(h.load(), 1);
+  std::atomic<int> ran{0};
+  EXPECT_THROW(ParallelFor(100, 3,
+                           [&](size_t i) {
+                             ++ran;
+                             if (i == 50) throw std::runtime_error("index 50");
+                           }),
+               std::runtime_error);
+  EXPECT_EQ(ran.load(), 100);  // the other indices still ran
+  ParallelFor(0, 0, [](size_t) { FAIL() << "no index to run"; });
 }
 
 }  // namespace
