@@ -19,8 +19,10 @@
 //   coming back costs switch_s.
 // - Progress (B0-steps) is kept on `levels` equally spaced levels. The oracle's result rounds each
 //   window's progress down to a level: a schedule it can actually follow (an upper bound of the
-//   optimum of this model). The same recursion rounding up gives a lower bound (`cost_lower`,
-//   `makespan_lower_h`): no schedule of this model costs less. Their gap is the discretisation.
+//   optimum of this model). The same recursion rounding up gives a bound of what the objective
+//   can reach: for the cost goal no schedule of this model costs less than `cost_lower`; for the
+//   time goal none within the budget finishes sooner than `makespan_lower_h`. Their gap to the
+//   schedule's is the discretisation.
 // - Configurations: the traced ones (purchase on demand, spot, and anchor + spot workers for
 //   multi-node types with a spot price). Within one set of instances, a batch that is never the
 //   fastest to progress at any level is dropped (it could only save a batch switch).
@@ -57,7 +59,10 @@ struct OracleOptions {
 struct OracleResult {
   bool finished = false;            // a schedule reaches the target within the horizon (and budget)
   double cost = 0, makespan_h = 0;  // the schedule it can follow (rounded down)
-  double cost_lower = 0, makespan_lower_h = 0;  // no schedule of the model does better
+  // The recursion rounding progress up: the objective's bound (the cost goal: no schedule of the
+  // model costs less than cost_lower; the time goal: none within the budget finishes sooner than
+  // makespan_lower_h). The other figure is that bound's schedule's, not a bound.
+  double cost_lower = 0, makespan_lower_h = 0;
   // The best single configuration in hindsight (switched to at time 0; 0 cost when none finishes).
   double fixed_cost = 0, fixed_makespan_h = 0;
   std::string fixed_config;

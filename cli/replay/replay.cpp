@@ -281,6 +281,7 @@ void AddHindsight(const Scenario& s, uint64_t seed, const Oracle* oracle,
     p.finished = x.finished;
     p.cost = x.cost;
     p.cost_lower = x.cost_lower;
+    p.makespan_lower_h = x.makespan_lower_h;
     p.switches = x.switches;
     p.schedule = x.schedule;
     p.makespan_h = x.makespan_h;

@@ -130,8 +130,10 @@ struct PolicyResult {
   double waited_h = 0;     // hours without the spot capacity its configuration needs
   int mixed_switches = 0;  // switches into a mixed cluster (several instance types)
   double mixed_hours = 0;  // hours it ran mixed clusters
-  double cost_lower = 0;   // the oracle only: no schedule of its model costs less (USD)
-  int levels = 0;          // the oracle only: the progress levels it was solved at
+  // The oracle only: its bound (OracleResult::cost_lower, makespan_lower_h): the cost goal's is
+  // cost_lower (USD), the time goal's makespan_lower_h (hours).
+  double cost_lower = 0, makespan_lower_h = 0;
+  int levels = 0;  // the oracle only: the progress levels it was solved at
   // "HOURS h: CONFIG" at each change of configuration (the oracle only when its options record it)
   std::vector<std::string> schedule;
   std::vector<core::ConfigKey> configs_run;  // the configurations it ran (simulated policies)

@@ -42,6 +42,9 @@ struct Totals {
   std::vector<double> vs_uniform;  // cloudtune / Uniform Progress cost, same deadline outcome
   std::vector<double> vs_hindsight_fixed;  // cloudtune / best fixed configuration, cost goal
   std::vector<double> time_vs_oracle;      // cloudtune / oracle makespan, time goal
+  // The same against the oracle's bound (no schedule of its model does better): the ratio to the
+  // optimum of the oracle's model lies between the two.
+  std::vector<double> rel_oracle_bound, time_vs_oracle_bound;
   int uniform_met_cloudtune_missed = 0;
   // Mixed clusters: cloudtune / cloudtune-one-type cost (runs that have both), runs in which
   // cloudtune ran a mixed cluster, and deadline or budget outcomes that differ.
@@ -65,7 +68,9 @@ nlohmann::json PolicyJson(const replay::PolicyResult& r, double rel) {
                        {"waited_h", r.waited_h},
                        {"mixed_switches", r.mixed_switches},
                        {"mixed_hours", r.mixed_hours}};
-  if (r.policy == "oracle") pj["cost_lower_usd"] = r.cost_lower, pj["levels"] = r.levels;
+  if (r.policy == "oracle")
+    pj["cost_lower_usd"] = r.cost_lower, pj["makespan_lower_h"] = r.makespan_lower_h,
+    pj["levels"] = r.levels;
   if (!r.schedule.empty()) pj["schedule"] = r.schedule;
   return pj;
 }
@@ -82,21 +87,44 @@ void TallyMixed(const replay::PolicyResult& ct, const replay::PolicyResult& one_
 }
 
 // Prints the summary over runs; returns it as JSON.
+// The head of one run's table: the scenario, its target, constraints and the columns.
+void PrintRunHeader(std::ostream& os, const replay::Scenario& s, uint64_t seed) {
+  os << "scenario " << s.name << "  seed " << seed << "  (target ";
+  if (s.measured)
+    os << "metric " << s.target_metric << " = " << s.target_progress << " B0-steps, measured";
+  else
+    os << "progress " << s.target_progress << " B0-steps, plain theory";
+  os << "; " << s.candidates.size() << " traced configurations";
+  if (!s.spot.empty())
+    os << "; spot capacity from " << s.spot.size() << " trace(s), reading "
+       << replay::SpotReadingName(s.spot_reading);
+  if (s.objective.deadline_h > 0) os << "; deadline " << s.objective.deadline_h << " h";
+  if (s.objective.budget_usd > 0) os << "; budget $" << s.objective.budget_usd;
+  os << ")\n";
+  os << std::left << std::setw(18) << "policy" << std::right << std::setw(12) << "cost $"
+     << std::setw(12) << "makespan h" << std::setw(10) << "switches" << std::setw(8) << "revoc"
+     << std::setw(8) << "meas" << std::setw(12) << "explore $" << std::setw(10) << "waited h"
+     << std::setw(11) << "vs oracle" << std::setw(10) << "deadline"
+     << "\n";
+}
+
 nlohmann::json PrintSummary(std::ostream& os, const Totals& t) {
   os << "summary over " << t.saving_fixed.size() << " runs (median cost / oracle cost):\n";
   for (auto& [policy, v] : t.rel_by_policy)
     os << "  " << std::left << std::setw(18) << policy << std::right << std::setprecision(3)
        << Median(v) << "x oracle cost\n";
-  std::vector<double> sorted = t.rel_oracle;
-  std::sort(sorted.begin(), sorted.end());
-  const double p90 =
-      sorted.empty() ? NAN
-                     : sorted[std::min(sorted.size() - 1,
-                                       static_cast<size_t>(std::ceil(0.9 * sorted.size()) - 1))];
+  auto p90_of = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v.empty()
+               ? NAN
+               : v[std::min(v.size() - 1, static_cast<size_t>(std::ceil(0.9 * v.size()) - 1))];
+  };
+  const double p90 = p90_of(t.rel_oracle), p90_bound = p90_of(t.rel_oracle_bound);
   auto median_or_nan = [](const std::vector<double>& v) { return v.empty() ? NAN : Median(v); };
   os << "  cloudtune: cost vs oracle " << std::setprecision(4) << median_or_nan(t.rel_oracle)
      << "x (p90 " << p90 << "x; " << t.rel_oracle.size()
-     << " runs with the cost goal), vs the best fixed configuration in hindsight "
+     << " runs with the cost goal; vs the oracle's bound " << median_or_nan(t.rel_oracle_bound)
+     << "x, p90 " << p90_bound << "x), vs the best fixed configuration in hindsight "
      << median_or_nan(t.vs_hindsight_fixed) << "x; saving vs fixed on-demand "
      << std::setprecision(1) << 100 * Median(t.saving_fixed) << "%, vs fixed spot "
      << 100 * Median(t.saving_spot) << "%, exploration " << std::setprecision(2)
@@ -104,7 +132,8 @@ nlohmann::json PrintSummary(std::ostream& os, const Totals& t) {
      << 100 * *std::max_element(t.explore_share.begin(), t.explore_share.end()) << "%)\n";
   if (!t.time_vs_oracle.empty())
     os << "  time goal: cloudtune makespan / oracle makespan " << std::setprecision(3)
-       << Median(t.time_vs_oracle) << "x (median of " << t.time_vs_oracle.size() << " runs)\n";
+       << Median(t.time_vs_oracle) << "x (median of " << t.time_vs_oracle.size()
+       << " runs; vs the oracle's bound " << median_or_nan(t.time_vs_oracle_bound) << "x)\n";
   os << "  deadline or budget missed (runs):";
   for (const auto& [policy, n] : t.misses) os << " " << policy << " " << n << ";";
   if (t.misses.empty()) os << " none";
@@ -129,6 +158,10 @@ nlohmann::json PrintSummary(std::ostream& os, const Totals& t) {
       {"cloudtune_cost_vs_hindsight_fixed_median", median_or_nan(t.vs_hindsight_fixed)},
       {"cloudtune_makespan_vs_oracle_time_goal_median", median_or_nan(t.time_vs_oracle)},
       {"cloudtune_cost_vs_oracle_p90", p90},
+      {"cloudtune_cost_vs_oracle_bound_median", median_or_nan(t.rel_oracle_bound)},
+      {"cloudtune_cost_vs_oracle_bound_p90", p90_bound},
+      {"cloudtune_makespan_vs_oracle_bound_time_goal_median",
+       median_or_nan(t.time_vs_oracle_bound)},
       {"cloudtune_saving_vs_fixed_median", Median(t.saving_fixed)},
       {"cloudtune_saving_vs_fixed_spot_median",
        t.saving_spot.empty() ? NAN : Median(t.saving_spot)},
@@ -204,7 +237,8 @@ void RegisterReplayCommand(CLI::App& app) {
       for (size_t si = 0; si < seeds.size(); ++si) {
         const uint64_t seed = seeds[si];
         const auto& res = all[si];
-        double oracle = 0, oracle_lower = 0, fixed = 0, fixed_spot = 0, cloudtune = 0, up = 0;
+        double oracle = 0, oracle_lower = 0, oracle_lower_h = 0, fixed = 0, fixed_spot = 0;
+        double cloudtune = 0, up = 0;
         double hindsight_fixed = 0, oracle_h = 0, cloudtune_h = 0;
         int oracle_levels = 0;
         bool oracle_met = true, cloudtune_met = true, up_met = true;
@@ -212,6 +246,7 @@ void RegisterReplayCommand(CLI::App& app) {
         for (auto& r : res) {
           if (r.policy == "oracle") {
             oracle = r.cost, oracle_lower = r.cost_lower, oracle_h = r.makespan_h;
+            oracle_lower_h = r.makespan_lower_h;
             oracle_levels = r.levels;
             oracle_met = r.finished && r.deadline_met && r.budget_met;
           }
@@ -228,28 +263,14 @@ void RegisterReplayCommand(CLI::App& app) {
         if (up > 0 && up_met == cloudtune_met) t.vs_uniform.push_back(cloudtune / up);
         const bool time_goal = s.objective.goal == core::Goal::kTime;
         // Against an oracle that finished: one that found no schedule has no makespan to match.
-        if (time_goal && oracle_met && oracle_h > 0)
+        if (time_goal && oracle_met && oracle_h > 0) {
           t.time_vs_oracle.push_back(cloudtune_h / oracle_h);
+          if (oracle_lower_h > 0) t.time_vs_oracle_bound.push_back(cloudtune_h / oracle_lower_h);
+        }
         if (!time_goal && hindsight_fixed > 0)
           t.vs_hindsight_fixed.push_back(cloudtune / hindsight_fixed);
         if (up > 0 && up_met && !cloudtune_met) ++t.uniform_met_cloudtune_missed;
-        os << "scenario " << s.name << "  seed " << seed << "  (target ";
-        if (s.measured)
-          os << "metric " << s.target_metric << " = " << s.target_progress << " B0-steps, measured";
-        else
-          os << "progress " << s.target_progress << " B0-steps, plain theory";
-        os << "; " << s.candidates.size() << " traced configurations";
-        if (!s.spot.empty())
-          os << "; spot capacity from " << s.spot.size() << " trace(s), reading "
-             << replay::SpotReadingName(s.spot_reading);
-        if (s.objective.deadline_h > 0) os << "; deadline " << s.objective.deadline_h << " h";
-        if (s.objective.budget_usd > 0) os << "; budget $" << s.objective.budget_usd;
-        os << ")\n";
-        os << std::left << std::setw(18) << "policy" << std::right << std::setw(12) << "cost $"
-           << std::setw(12) << "makespan h" << std::setw(10) << "switches" << std::setw(8)
-           << "revoc" << std::setw(8) << "meas" << std::setw(12) << "explore $" << std::setw(10)
-           << "waited h" << std::setw(11) << "vs oracle" << std::setw(10) << "deadline"
-           << "\n";
+        PrintRunHeader(os, s, seed);
         nlohmann::json run = {
             {"scenario", s.name}, {"seed", seed}, {"policies", nlohmann::json::array()}};
         for (auto& r : res) {
@@ -267,7 +288,11 @@ void RegisterReplayCommand(CLI::App& app) {
           if (!(r.deadline_met && r.budget_met)) ++t.misses[r.policy];
           run["policies"].push_back(PolicyJson(r, rel));
           if (r.policy == "cloudtune") {
-            if (s.objective.goal != core::Goal::kTime) t.rel_oracle.push_back(rel);
+            if (s.objective.goal != core::Goal::kTime) {
+              t.rel_oracle.push_back(rel);
+              if (oracle > 0 && oracle_lower > 0)
+                t.rel_oracle_bound.push_back(r.cost / oracle_lower);
+            }
             t.saving_fixed.push_back(1 - r.cost / fixed);
             if (fixed_spot > 0) t.saving_spot.push_back(1 - r.cost / fixed_spot);
             t.explore_share.push_back(r.exploration_cost / r.cost);
@@ -275,11 +300,17 @@ void RegisterReplayCommand(CLI::App& app) {
           }
         }
         jr["runs"].push_back(run);
-        if (oracle > 0)
+        if (oracle > 0 && !time_goal)
           os << "oracle: a schedule it can follow costs $" << std::setprecision(2) << oracle
              << "; no schedule of its model costs less than $" << oracle_lower
              << " (discretisation " << std::setprecision(1)
              << 100 * (oracle / std::max(1e-12, oracle_lower) - 1) << "%, " << oracle_levels
+             << " progress levels)\n";
+        if (oracle > 0 && time_goal)
+          os << "oracle: a schedule it can follow takes " << std::setprecision(2) << oracle_h
+             << " h ($" << oracle << "); no schedule of its model within the budget finishes "
+             << "sooner than " << oracle_lower_h << " h (discretisation " << std::setprecision(1)
+             << 100 * (oracle_h / std::max(1e-12, oracle_lower_h) - 1) << "%, " << oracle_levels
              << " progress levels)\n";
         for (auto& r : res)
           if (pa->schedules || r.policy == "oracle" || r.policy == "hindsight-fixed")

@@ -340,6 +340,13 @@ TEST(Replay, OracleRefinesWhenItsLevelsCannotTell) {
   EXPECT_TRUE(oracle.budget_met);
   EXPECT_LE(oracle.cost, s.objective.budget_usd);
   EXPECT_FALSE(Find(res, "cloudtune").budget_met);
+  // The time goal's bound is the makespan: no policy within the budget finishes sooner.
+  ASSERT_GT(oracle.makespan_lower_h, 0);
+  EXPECT_LE(oracle.makespan_lower_h, oracle.makespan_h);
+  for (const auto& r : res) {
+    if (r.finished && r.budget_met)
+      EXPECT_GE(r.makespan_h, 0.97 * oracle.makespan_lower_h) << r.policy;
+  }
 }
 
 // When every prediction overruns the budget, the job measures the instance type it has not run
