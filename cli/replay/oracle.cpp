@@ -265,6 +265,17 @@ class Solver {
     return !avail_of_[c] || (*avail_of_[c])[j] >= T.spot_nodes[c];
   }
 
+  // Sets row[k] (k <= top) to infinity where row[k] >= row[k'] for some k' in (k, top].
+  static void DropDominated(double* row, int top) {
+    double least = kInf;
+    for (int k = top; k >= 0; --k) {
+      if (row[k] >= least)
+        row[k] = kInf;
+      else
+        least = row[k];
+    }
+  }
+
   // The recursion forward in time with progress rounded by `next` (down or up); `rec` keeps the
   // parents for Schedule().
   void Forward(const std::vector<int>* next, double* best_cost, double* best_time, bool rec) {
@@ -291,6 +302,10 @@ class Solver {
         std::fill(grp.begin() + g * K, grp.begin() + g * K + top + 1, kInf);
         if (rec) std::fill(grp_at.begin() + g * K, grp_at.begin() + g * K + top + 1, -1);
       }
+      // A state no cheaper than one of the same configuration further on is dominated: every
+      // schedule from it reaches no more progress at no less cost (the tables are monotone in the
+      // level). Dropped, and the same within the group and overall minima below.
+      for (size_t c = 0; c <= C; ++c) DropDominated(&V[c * K], top);
       bool alive = false;
       for (size_t c = 0; c <= C; ++c)
         for (int k = 0; k <= top; ++k) {
@@ -305,6 +320,8 @@ class Solver {
           }
         }
       if (!alive) break;
+      DropDominated(any.data(), top);
+      for (int g = 0; g < groups; ++g) DropDominated(&grp[g * K], top);
       for (size_t c = 0; c <= C; ++c)  // N holds the window before last's, none above `top`
         std::fill(N.begin() + c * K, N.begin() + c * K + top + 1, kInf);
       int next_top = top;
@@ -442,6 +459,8 @@ class Solver {
         std::fill(run_n.begin(), run_n.begin() + top + 1, kInf);
         std::fill(idle_n.begin(), idle_n.begin() + top + 1, kInf);
         int next_top = top;
+        DropDominated(run_v.data(), top);  // as in Forward
+        DropDominated(idle_v.data(), top);
         bool alive = j == 0;
         const bool allowed = Allowed(c, j);
         for (int k = 0; k <= top; ++k) {
