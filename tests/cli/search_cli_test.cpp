@@ -265,11 +265,36 @@ TEST(ReplayCli, DeterministicForASeed) {
   for (const auto& p : j["runs"][0]["policies"]) {
     EXPECT_DOUBLE_EQ(p["cost_vs_oracle"].get<double>(), p["cost_usd"].get<double>() / oracle);
     EXPECT_GE(p["cost_usd"].get<double>(), 0.95 * oracle) << p["policy"];
+    if (p["policy"] == "oracle") {
+      EXPECT_GT(p["cost_lower_usd"].get<double>(), 0);
+      EXPECT_LE(p["cost_lower_usd"].get<double>(), p["cost_usd"].get<double>());
+      EXPECT_GT(p["makespan_lower_h"].get<double>(), 0);
+    }
   }
+  // The cost goal: the ratio against the oracle's bound is no smaller than against its schedule,
+  // and the table names the bound as a cost.
+  const auto& sum = j["summary"];
+  EXPECT_GE(sum["cloudtune_cost_vs_oracle_bound_median"].get<double>(),
+            sum["cloudtune_cost_vs_oracle_median"].get<double>());
+  EXPECT_GE(sum["cloudtune_cost_vs_oracle_bound_p90"].get<double>(),
+            sum["cloudtune_cost_vs_oracle_p90"].get<double>());
+  EXPECT_NE(a.out.find("no schedule of its model costs less than $"), std::string::npos);
   // Another seed is a different run (measurement noise), but still deterministic.
   Result c = RunCli("replay " + path + " --seeds 6 --format json");
   ASSERT_EQ(c.status, 0) << c.err;
   EXPECT_NE(c.out, j1.out);
+}
+
+// The time goal's bound is a makespan: the oracle's line says how soon, not how cheap.
+TEST(ReplayCli, TheTimeGoalsBoundIsAMakespan) {
+  CLOUDTUNE_NEEDS_SHARED_DATA();
+  Result r = RunCli("replay " + kScenarios + "pollux-imagenet-budget.json --seeds 1");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("no schedule of its model within the budget finishes sooner than "),
+            std::string::npos)
+      << r.out;
+  EXPECT_EQ(r.out.find("costs less than"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("vs the oracle's bound"), std::string::npos) << r.out;
 }
 
 // Seeds replayed at once on several threads give exactly what one thread gives, in seed order.
