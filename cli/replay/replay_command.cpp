@@ -86,7 +86,6 @@ void TallyMixed(const replay::PolicyResult& ct, const replay::PolicyResult& one_
   if (!ct_met && one_met) ++t->one_type_met_mixed_missed;
 }
 
-// Prints the summary over runs; returns it as JSON.
 // The head of one run's table: the scenario, its target, constraints and the columns.
 void PrintRunHeader(std::ostream& os, const replay::Scenario& s, uint64_t seed) {
   os << "scenario " << s.name << "  seed " << seed << "  (target ";
@@ -108,6 +107,7 @@ void PrintRunHeader(std::ostream& os, const replay::Scenario& s, uint64_t seed) 
      << "\n";
 }
 
+// Prints the summary over runs (a median over no runs is NaN); returns it as JSON.
 nlohmann::json PrintSummary(std::ostream& os, const Totals& t) {
   os << "summary over " << t.saving_fixed.size() << " runs (median cost / oracle cost):\n";
   for (auto& [policy, v] : t.rel_by_policy)
@@ -120,28 +120,26 @@ nlohmann::json PrintSummary(std::ostream& os, const Totals& t) {
                : v[std::min(v.size() - 1, static_cast<size_t>(std::ceil(0.9 * v.size()) - 1))];
   };
   const double p90 = p90_of(t.rel_oracle), p90_bound = p90_of(t.rel_oracle_bound);
-  auto median_or_nan = [](const std::vector<double>& v) { return v.empty() ? NAN : Median(v); };
-  os << "  cloudtune: cost vs oracle " << std::setprecision(4) << median_or_nan(t.rel_oracle)
-     << "x (p90 " << p90 << "x; " << t.rel_oracle.size()
-     << " runs with the cost goal; vs the oracle's bound " << median_or_nan(t.rel_oracle_bound)
-     << "x, p90 " << p90_bound << "x), vs the best fixed configuration in hindsight "
-     << median_or_nan(t.vs_hindsight_fixed) << "x; saving vs fixed on-demand "
-     << std::setprecision(1) << 100 * Median(t.saving_fixed) << "%, vs fixed spot "
-     << 100 * Median(t.saving_spot) << "%, exploration " << std::setprecision(2)
-     << 100 * Median(t.explore_share) << "% of its cost (max "
+  os << "  cloudtune: cost vs oracle " << std::setprecision(4) << Median(t.rel_oracle) << "x (p90 "
+     << p90 << "x; " << t.rel_oracle.size() << " runs with the cost goal; vs the oracle's bound "
+     << Median(t.rel_oracle_bound) << "x, p90 " << p90_bound
+     << "x), vs the best fixed configuration in hindsight " << Median(t.vs_hindsight_fixed)
+     << "x; saving vs fixed on-demand " << std::setprecision(1) << 100 * Median(t.saving_fixed)
+     << "%, vs fixed spot " << 100 * Median(t.saving_spot) << "%, exploration "
+     << std::setprecision(2) << 100 * Median(t.explore_share) << "% of its cost (max "
      << 100 * *std::max_element(t.explore_share.begin(), t.explore_share.end()) << "%)\n";
   if (!t.time_vs_oracle.empty())
     os << "  time goal: cloudtune makespan / oracle makespan " << std::setprecision(3)
        << Median(t.time_vs_oracle) << "x (median of " << t.time_vs_oracle.size()
-       << " runs; vs the oracle's bound " << median_or_nan(t.time_vs_oracle_bound) << "x)\n";
+       << " runs; vs the oracle's bound " << Median(t.time_vs_oracle_bound) << "x)\n";
   os << "  deadline or budget missed (runs):";
   for (const auto& [policy, n] : t.misses) os << " " << policy << " " << n << ";";
   if (t.misses.empty()) os << " none";
   os << " cloudtune missed where the oracle met: " << t.oracle_met_cloudtune_missed << "\n";
   if (!t.vs_uniform.empty() || t.uniform_met_cloudtune_missed)
     os << "  deadline runs: cloudtune cost / uniform-progress cost " << std::setprecision(3)
-       << (t.vs_uniform.empty() ? NAN : Median(t.vs_uniform)) << "x (median of "
-       << t.vs_uniform.size() << " runs with the same deadline outcome); uniform-progress met "
+       << Median(t.vs_uniform) << "x (median of " << t.vs_uniform.size()
+       << " runs with the same deadline outcome); uniform-progress met "
        << "where cloudtune missed: " << t.uniform_met_cloudtune_missed << "\n";
   if (!t.vs_one_type.empty())
     os << "  mixed clusters: cloudtune cost / cloudtune-one-type cost " << std::setprecision(3)
@@ -153,26 +151,22 @@ nlohmann::json PrintSummary(std::ostream& os, const Totals& t) {
        << t.one_type_met_mixed_missed << "\n";
   nlohmann::json miss = nlohmann::json::object();
   for (const auto& [policy, n] : t.misses) miss[policy] = n;
-  return {
-      {"cloudtune_cost_vs_oracle_median", median_or_nan(t.rel_oracle)},
-      {"cloudtune_cost_vs_hindsight_fixed_median", median_or_nan(t.vs_hindsight_fixed)},
-      {"cloudtune_makespan_vs_oracle_time_goal_median", median_or_nan(t.time_vs_oracle)},
-      {"cloudtune_cost_vs_oracle_p90", p90},
-      {"cloudtune_cost_vs_oracle_bound_median", median_or_nan(t.rel_oracle_bound)},
-      {"cloudtune_cost_vs_oracle_bound_p90", p90_bound},
-      {"cloudtune_makespan_vs_oracle_bound_time_goal_median",
-       median_or_nan(t.time_vs_oracle_bound)},
-      {"cloudtune_saving_vs_fixed_median", Median(t.saving_fixed)},
-      {"cloudtune_saving_vs_fixed_spot_median",
-       t.saving_spot.empty() ? NAN : Median(t.saving_spot)},
-      {"cloudtune_exploration_share_median", Median(t.explore_share)},
-      {"missed_runs", miss},
-      {"cloudtune_missed_where_oracle_met", t.oracle_met_cloudtune_missed},
-      {"cloudtune_cost_vs_uniform_progress_median",
-       t.vs_uniform.empty() ? NAN : Median(t.vs_uniform)},
-      {"uniform_progress_met_where_cloudtune_missed", t.uniform_met_cloudtune_missed},
-      {"cloudtune_cost_vs_one_type_median", t.vs_one_type.empty() ? NAN : Median(t.vs_one_type)},
-      {"cloudtune_runs_with_a_mixed_cluster", t.mixed_runs}};
+  return {{"cloudtune_cost_vs_oracle_median", Median(t.rel_oracle)},
+          {"cloudtune_cost_vs_hindsight_fixed_median", Median(t.vs_hindsight_fixed)},
+          {"cloudtune_makespan_vs_oracle_time_goal_median", Median(t.time_vs_oracle)},
+          {"cloudtune_cost_vs_oracle_p90", p90},
+          {"cloudtune_cost_vs_oracle_bound_median", Median(t.rel_oracle_bound)},
+          {"cloudtune_cost_vs_oracle_bound_p90", p90_bound},
+          {"cloudtune_makespan_vs_oracle_bound_time_goal_median", Median(t.time_vs_oracle_bound)},
+          {"cloudtune_saving_vs_fixed_median", Median(t.saving_fixed)},
+          {"cloudtune_saving_vs_fixed_spot_median", Median(t.saving_spot)},
+          {"cloudtune_exploration_share_median", Median(t.explore_share)},
+          {"missed_runs", miss},
+          {"cloudtune_missed_where_oracle_met", t.oracle_met_cloudtune_missed},
+          {"cloudtune_cost_vs_uniform_progress_median", Median(t.vs_uniform)},
+          {"uniform_progress_met_where_cloudtune_missed", t.uniform_met_cloudtune_missed},
+          {"cloudtune_cost_vs_one_type_median", Median(t.vs_one_type)},
+          {"cloudtune_runs_with_a_mixed_cluster", t.mixed_runs}};
 }
 
 }  // namespace
