@@ -125,6 +125,7 @@ struct Oracle::Tables {
   // Per class, config, level: the next level rounded down / up (K = finished) and the training
   // seconds to the target when it finishes inside the window (-1 otherwise).
   std::vector<int> next_lo[3], next_hi[3];
+  std::vector<float> next_x[3];  // the same unrounded, in levels (K when it finishes)
   std::vector<float> finish[3];
   int start = -1;       // the start configuration, on demand
   int start_spot = -1;  // the same launched on spot (as the fixed-spot baseline is), if any
@@ -209,6 +210,7 @@ Oracle::Oracle(const Scenario& s, const OracleOptions& o) : s_(s), o_(o) {
     T.switch_s[cls] = cls == 0 ? 0 : cls == 1 ? s.cost.batch_switch_s : s.cost.switch_s;
     T.next_lo[cls].assign(C * T.K, T.K);
     T.next_hi[cls].assign(C * T.K, T.K);
+    T.next_x[cls].assign(C * T.K, static_cast<float>(T.K));
     T.finish[cls].assign(C * T.K, -1.f);
   }
   ParallelFor(C * 3, o.threads, [&](size_t task) {
@@ -223,6 +225,7 @@ Oracle::Oracle(const Scenario& s, const OracleOptions& o) : s_(s), o_(o) {
         continue;  // next levels stay K
       }
       const double x = (u - u0) / du;
+      T.next_x[cls][T.At(c, k)] = static_cast<float>(std::min<double>(T.K, std::max<double>(k, x)));
       T.next_lo[cls][T.At(c, k)] = std::min(T.K - 1, std::max(k, static_cast<int>(std::floor(x))));
       // Rounding up never reaches K: finishing needs the model to say so.
       T.next_hi[cls][T.At(c, k)] = std::min(T.K - 1, static_cast<int>(std::ceil(x - 1e-9)));
@@ -276,31 +279,41 @@ class Solver {
     }
   }
 
-  // The recursion forward in time with progress rounded by `next` (down or up); `rec` keeps the
-  // parents for Schedule().
+  // The recursion forward in time. With `next` (T.next_lo or T.next_hi), each window's progress is
+  // rounded to a level. Without (null), each state carries the position (in levels) of the schedule
+  // that reached it, a window's progress from it is interpolated between its level's and the next
+  // level's (T.next_x), and each level keeps its cheapest state. `rec` keeps the parents for
+  // Windows().
   void Forward(const std::vector<int>* next, double* best_cost, double* best_time, bool rec) {
+    const bool carry = next == nullptr;
     // V[c * K + k]: least cost to stand at level k at the window's start, having run c (index C:
-    // idle) in the window before.
+    // idle) in the window before. With `carry`, X holds that state's position (N and NX: the next
+    // window's).
     const size_t S = (C + 1) * K;
-    std::vector<double> V(S, kInf), N(S, kInf);
+    std::vector<double> V(S, kInf), N(S, kInf), X(carry ? S : 0, 0.0), NX(carry ? S : 0, 0.0);
     V[T.At(T.start, 0)] = 0;
     if (T.start_spot >= 0) V[T.At(T.start_spot, 0)] = 0;
     std::vector<double> any(K), grp;
     std::vector<int32_t> any_at(K), grp_at;
     int groups = 0;
     for (int g : T.group) groups = std::max(groups, g + 1);
+    grp.resize(static_cast<size_t>(groups) * K);
+    grp_at.resize(grp.size());
     *best_cost = kInf;
     *best_time = kInf;
+    if (rec) {
+      scratch_.assign(S, -1);
+      parent_.clear();
+      fin_parent_ = fin_window_ = fin_config_ = -1;
+    }
     // Progress never falls: no state above level `top` is reachable yet, and none is visited.
     int top = 0;
     for (int j = 0; j < H; ++j) {
       const double t0 = j * T.W;
       std::fill(any.begin(), any.begin() + top + 1, kInf);
-      grp.resize(static_cast<size_t>(groups) * K);
-      if (rec) grp_at.resize(grp.size());
       for (int g = 0; g < groups; ++g) {
         std::fill(grp.begin() + g * K, grp.begin() + g * K + top + 1, kInf);
-        if (rec) std::fill(grp_at.begin() + g * K, grp_at.begin() + g * K + top + 1, -1);
+        std::fill(grp_at.begin() + g * K, grp_at.begin() + g * K + top + 1, -1);
       }
       // A state no cheaper than one of the same configuration further on is dominated: every
       // schedule from it reaches no more progress at no less cost (the tables are monotone in the
@@ -316,7 +329,7 @@ class Solver {
           if (v < any[k]) any[k] = v, any_at[k] = at;
           if (c < C && v < grp[T.group[c] * K + k]) {
             grp[T.group[c] * K + k] = v;
-            if (rec) grp_at[T.group[c] * K + k] = at;
+            grp_at[T.group[c] * K + k] = at;
           }
         }
       if (!alive) break;
@@ -325,14 +338,12 @@ class Solver {
       for (size_t c = 0; c <= C; ++c)  // N holds the window before last's, none above `top`
         std::fill(N.begin() + c * K, N.begin() + c * K + top + 1, kInf);
       int next_top = top;
-      std::vector<int32_t>* P = nullptr;
-      if (rec) {
-        parent_.emplace_back(S, -1);
-        P = &parent_.back();
-      }
+      std::vector<int32_t>* P = rec ? &scratch_ : nullptr;
       for (int k = 0; k <= top && may_idle; ++k) {  // idle: free, no progress
         N[C * K + k] = any[k];
-        if (P && any[k] < kInf) (*P)[C * K + k] = any_at[k];
+        if (any[k] == kInf) continue;
+        if (carry) NX[C * K + k] = X[any_at[k]];
+        if (P) (*P)[C * K + k] = any_at[k];
       }
       for (size_t c = 0; c < C; ++c) {
         if (!Allowed(c, j)) continue;
@@ -344,12 +355,10 @@ class Solver {
             const double b = base[cls];
             if (b == kInf) continue;
             const size_t at = T.At(c, k);
+            const int32_t from = cls == 0   ? static_cast<int32_t>(c * K + k)
+                                 : cls == 1 ? grp_at[T.group[c] * K + k]
+                                            : any_at[k];
             const float fin = T.finish[cls][at];
-            auto from = [&]() -> int32_t {
-              return cls == 0   ? static_cast<int32_t>(c * K + k)
-                     : cls == 1 ? grp_at[T.group[c] * K + k]
-                                : any_at[k];
-            };
             if (fin >= 0) {
               const double secs = T.switch_s[cls] + fin * (1 + T.ckpt_share[c]);
               const double cost = b + secs / 3600 * price, time = t0 + secs;
@@ -358,22 +367,32 @@ class Solver {
                             : (cost < *best_cost || (cost == *best_cost && time < *best_time))) {
                 *best_cost = cost;
                 *best_time = time;
-                if (rec)
-                  fin_parent_ = from(), fin_window_ = j, fin_config_ = static_cast<int32_t>(c);
+                if (rec) fin_parent_ = from, fin_window_ = j, fin_config_ = static_cast<int32_t>(c);
               }
               continue;
             }
-            const int level = next[cls][at];
+            int level = 0;
+            double x = 0;
+            if (carry) {
+              x = Interpolated(cls, at, k, X[from] - k);
+              level = std::min(K - 1, static_cast<int>(x));
+            } else {
+              level = next[cls][at];
+            }
             const size_t to = c * K + level;
-            if (b + window_cost < N[to]) {
-              N[to] = b + window_cost;
+            const double v = b + window_cost;
+            if (v < N[to] || (carry && v == N[to] && x > NX[to])) {
+              N[to] = v;
+              if (carry) NX[to] = x;
               next_top = std::max(next_top, level);
-              if (P) (*P)[to] = from();
+              if (P) (*P)[to] = from;
             }
           }
         }
       }
+      if (rec) Keep(&N, next_top);
       std::swap(V, N);
+      std::swap(X, NX);
       top = next_top;
       // The time goal stops at the first window with a finish (later ones finish later); the cost
       // goal when no state is cheaper than the best finish.
@@ -385,18 +404,80 @@ class Solver {
     }
   }
 
-  // The schedule of the last recorded Forward(): "HOURS h: CONFIG" at each change.
-  void Schedule(OracleResult* out) const {
-    OracleResult& r = *out;
-    if (fin_window_ < 0) return;
+  // The position (levels) after a window on T's entry `at` (level k) from f in [0, 1) levels
+  // beyond k: between that level's and the next one's (a finish there counts as the target),
+  // below the last level.
+  double Interpolated(int cls, size_t at, int k, double f) const {
+    const double x0 = T.next_x[cls][at];
+    const double x1 = k + 1 < K ? T.next_x[cls][at + 1] : K;  // K where it finishes
+    return std::min(x0 + std::clamp(f, 0.0, 1.0) * (x1 - x0), below_K_);
+  }
+
+  // Keeps the parents (scratch_) of N's states that survive the dominance pruning, and clears
+  // scratch_ for the next window.
+  void Keep(std::vector<double>* N, int top) {
+    for (size_t c = 0; c <= C; ++c) DropDominated(&(*N)[c * K], top);
+    parent_.emplace_back();
+    for (size_t c = 0; c <= C; ++c)
+      for (int k = 0; k <= top; ++k) {
+        const size_t at = c * K + k;
+        if ((*N)[at] < kInf) parent_.back().emplace_back(static_cast<int32_t>(at), scratch_[at]);
+        scratch_[at] = -1;
+      }
+  }
+
+  // The configuration of each window of the last recorded Forward()'s finish (index C: idle) and,
+  // in *first, the one the job stood in at time 0. Empty when none finished.
+  std::vector<int32_t> Windows(int32_t* first) const {
+    if (fin_window_ < 0) return {};
     // Walk back: the state at the start of window j + 1 names the configuration of window j.
     std::vector<int32_t> per_window(fin_window_ + 1);
     per_window[fin_window_] = fin_config_;
     int32_t state = fin_parent_;
     for (int j = fin_window_ - 1; j >= 0 && state >= 0; --j) {
       per_window[j] = state / K;
-      state = parent_[j][state];
+      const auto& pj = parent_[j];
+      const auto it = std::lower_bound(pj.begin(), pj.end(), std::make_pair(state, INT32_MIN));
+      state = it != pj.end() && it->first == state ? it->second : -1;
     }
+    *first = state >= 0 ? state / K : T.start;
+    return per_window;
+  }
+
+  // The last recorded Forward()'s schedule followed with the exact progress of every window
+  // (never less than the recursion's rounded-down levels): *cost and *time (s) of its finish, or
+  // false when it does not finish (the recursion's figures then stand).
+  bool Follow(double* cost, double* time) const {
+    int32_t prev = 0;
+    const std::vector<int32_t> per_window = Windows(&prev);
+    double u = T.model.StartProgress(), paid = 0;
+    for (size_t j = 0; j < per_window.size(); ++j) {
+      const int32_t c = per_window[j];
+      const int32_t was = prev;
+      prev = c;
+      if (c == static_cast<int32_t>(C)) continue;  // idle: free, no progress
+      const int cls = was == c                                                       ? 0
+                      : was != static_cast<int32_t>(C) && T.group[was] == T.group[c] ? 1
+                                                                                     : 2;
+      const Config& cfg = T.configs[c];
+      double fin = -1;
+      u = T.model.Advance(cfg, u, T.model.TrainSeconds(cfg, T.switch_s[cls]), &fin);
+      if (fin >= 0) {
+        const double secs = T.switch_s[cls] + fin * (1 + T.ckpt_share[c]);
+        *cost = paid + secs / 3600 * T.price[c];
+        *time = j * T.W + secs;
+        return *time <= horizon_s + 1e-6 && *cost <= budget;
+      }
+      paid += T.W / 3600 * T.price[c];
+    }
+    return false;
+  }
+
+  // The schedule of the last recorded Forward(): "HOURS h: CONFIG" at each change.
+  void Schedule(OracleResult* out) const {
+    OracleResult& r = *out;
+    int32_t first = 0;
+    const std::vector<int32_t> per_window = Windows(&first);
     for (int j = 0; j <= fin_window_; ++j) {
       if (j > 0 && per_window[j] == per_window[j - 1]) continue;
       const int32_t c = per_window[j];
@@ -412,7 +493,7 @@ class Solver {
   // configuration throughout. Exact (every traced configuration, any purchase) where capacity
   // never runs out; on a type with a capacity trace, its spot configurations among the kept ones
   // run the recursion (idling, free, while the capacity is gone; coming back costs switch_s;
-  // rounded down like the schedule).
+  // each window's progress rounded down to a level, so its figure can be a little high).
   void BestFixed(OracleResult* out) const {
     OracleResult& r = *out;
     r.fixed_cost = kInf;
@@ -515,8 +596,11 @@ class Solver {
   bool time_goal = false, may_idle = false;
   std::map<std::string, std::vector<int>> avail_;
   std::vector<const std::vector<int>*> avail_of_;  // per configuration: its spot capacity trace
-  std::vector<std::vector<int32_t>> parent_;       // per window, the state each state came from
+  // Per window, (state, the state it came from) for the states kept, in the order of the states.
+  std::vector<std::vector<std::pair<int32_t, int32_t>>> parent_;
+  std::vector<int32_t> scratch_;  // the window's parents while it is built
   int32_t fin_parent_ = -1, fin_window_ = -1, fin_config_ = -1;
+  const double below_K_ = std::nextafter(static_cast<double>(K), 0.0);  // the last level's top
 };
 
 }  // namespace
@@ -540,10 +624,29 @@ double Oracle::Horizon(double horizon) const {
   return horizon_h;
 }
 
+namespace {
+// The schedule that the recursion carrying positions finds, followed exactly; where it does not
+// finish (its interpolation was too hopeful), the one that rounds down (which always does).
+void FollowOne(Solver* solver, const Oracle::Tables& t, bool schedule, OracleResult* r) {
+  double plan = kInf, plan_time = kInf;
+  double cost = kInf, time = kInf;
+  solver->Forward(nullptr, &plan, &plan_time, true);
+  if (!(plan < kInf && solver->Follow(&cost, &time))) {
+    solver->Forward(t.next_lo, &plan, &plan_time, true);
+    cost = time = kInf;
+    if (plan < kInf && !solver->Follow(&cost, &time)) cost = plan, time = plan_time;
+  }
+  r->finished = cost < kInf;
+  r->cost = cost;
+  r->makespan_h = time / 3600;
+  if (schedule) solver->Schedule(r);
+}
+}  // namespace
+
 OracleResult Oracle::Solve(uint64_t seed, double horizon, double give_up, bool best_fixed) const {
   const double horizon_h = Horizon(horizon);
   OracleResult r;
-  double cost = kInf, time = kInf, cost_lo = kInf, time_lo = kInf;
+  double cost_lo = kInf, time_lo = kInf;
   Solver solver(*t_, s_, seed, horizon_h);
   solver.Forward(t_->next_hi, &cost_lo, &time_lo, false);
   // The time goal's search stops at its first finish: one beyond give_up × the lower bound's
@@ -551,15 +654,10 @@ OracleResult Oracle::Solve(uint64_t seed, double horizon, double give_up, bool b
   if (give_up > 0 && s_.objective.goal == Goal::kTime && time_lo < kInf &&
       give_up * time_lo / 3600 < horizon_h) {
     Solver quick(*t_, s_, seed, give_up * time_lo / 3600);
-    quick.Forward(t_->next_lo, &cost, &time, o_.schedule);
-    if (o_.schedule) quick.Schedule(&r);
+    FollowOne(&quick, *t_, o_.schedule, &r);
   } else {
-    solver.Forward(t_->next_lo, &cost, &time, o_.schedule);
-    if (o_.schedule) solver.Schedule(&r);
+    FollowOne(&solver, *t_, o_.schedule, &r);
   }
-  r.finished = cost < kInf;
-  r.cost = cost;
-  r.makespan_h = time / 3600;
   r.cost_lower = cost_lo;
   r.makespan_lower_h = time_lo / 3600;
   if (best_fixed) solver.BestFixed(&r);

@@ -17,12 +17,19 @@
 //   revocation. Types without a trace are never revoked (catalog rates are ~1e-4/h: in the oracle's
 //   favour). Where capacity traces exist the oracle may also idle (pay nothing, make no progress);
 //   coming back costs switch_s.
-// - Progress (B0-steps) is kept on `levels` equally spaced levels. The oracle's result rounds each
-//   window's progress down to a level: a schedule it can actually follow (an upper bound of the
-//   optimum of this model). The same recursion rounding up gives a bound of what the objective
-//   can reach: for the cost goal no schedule of this model costs less than `cost_lower`; for the
-//   time goal none within the budget finishes sooner than `makespan_lower_h`. Their gap to the
-//   schedule's is the discretisation.
+// - Progress (B0-steps) is kept on `levels` equally spaced levels. The schedule the oracle reports
+//   comes from a recursion in which each state carries the exact position (between levels) of the
+//   schedule that reached it; a window's progress from there is interpolated between the tables of
+//   its level and the next, and each level keeps its cheapest state. That schedule is then followed
+//   with the exact progress of every window: its cost and makespan are those of a schedule a
+//   policy could follow (an upper bound of the optimum of this model), and they hardly depend on
+//   the levels. (Where the interpolation was too hopeful and the schedule does not finish, the
+//   recursion that rounds each window's progress down to a level, which never overestimates,
+//   gives the schedule instead.) The recursion rounding each window's progress up gives a bound
+//   of what the objective can reach: for the cost goal no schedule of this model costs less than
+//   `cost_lower`; for the time goal none within the budget finishes sooner than
+//   `makespan_lower_h`. That bound needs fine levels; its gap to the schedule's figure is the
+//   discretisation.
 // - Configurations: the traced ones (purchase on demand, spot, and anchor + spot workers for
 //   multi-node types with a spot price). Within one set of instances, a batch that is never the
 //   fastest to progress at any level is dropped (it could only save a batch switch).
@@ -49,7 +56,7 @@ struct OracleOptions {
   int levels = 600;     // progress levels (>= 2)
   double window_s = 0;  // decision window, seconds; 0 = decision_interval_s (measure_s with traces)
   double horizon_h = 0;  // latest finish, hours (> 0, or the scenario's deadline)
-  // Keep the schedule (one int per state per window: windows × configurations × levels × 4 bytes).
+  // Report the schedule as text (OracleResult::schedule); it is followed either way.
   bool schedule = false;
   // Threads that build the tables (0 = one per core); the tables do not depend on it.
   unsigned threads = 0;
@@ -58,7 +65,7 @@ struct OracleOptions {
 
 struct OracleResult {
   bool finished = false;            // a schedule reaches the target within the horizon (and budget)
-  double cost = 0, makespan_h = 0;  // the schedule it can follow (rounded down)
+  double cost = 0, makespan_h = 0;  // the schedule it can follow, followed exactly
   // The recursion rounding progress up: the objective's bound (the cost goal: no schedule of the
   // model costs less than cost_lower; the time goal: none within the budget finishes sooner than
   // makespan_lower_h). The other figure is that bound's schedule's, not a bound.

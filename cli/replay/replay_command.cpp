@@ -188,16 +188,14 @@ void RegisterReplayCommand(CLI::App& app) {
   rep->add_option("--seeds", pa->seeds, "Override the scenario seeds");
   rep->add_option("--format", pa->format, "table or json (default table)");
   rep->add_option("-o,--output", pa->out, "Write to this file instead of stdout");
-  rep->add_flag("--oracle-schedule", pa->oracle_schedule,
-                "Print the hindsight oracle's schedule (memory: windows x configurations x levels "
-                "x 4 bytes)");
+  rep->add_flag("--oracle-schedule", pa->oracle_schedule, "Print the hindsight oracle's schedule");
   rep->add_option("--carry", pa->carry,
                   "Override the scenarios' measured state carried across batch changes: metric "
                   "(best validation metric) or progress (the runs' progress column)");
   rep->add_option("--oracle-levels", pa->oracle_levels,
-                  "Progress levels of the hindsight oracle (finer: a smaller discretisation gap, "
-                  "time and memory in proportion; a run whose constraints these levels cannot "
-                  "resolve is solved again at up to 8x)")
+                  "Progress levels of the hindsight oracle (finer: a tighter lower bound, time "
+                  "and memory in proportion; its schedule hardly depends on them; a run whose "
+                  "constraints these levels cannot resolve is solved again at up to 8x)")
       ->check(CLI::Range(2, 100000));
   rep->add_option(
       "-j,--jobs", pa->jobs,
