@@ -493,7 +493,8 @@ class Solver {
   // configuration throughout. Exact (every traced configuration, any purchase) where capacity
   // never runs out; on a type with a capacity trace, its spot configurations among the kept ones
   // run the recursion (idling, free, while the capacity is gone; coming back costs switch_s;
-  // each window's progress rounded down to a level, so its figure can be a little high).
+  // each window's progress rounded down to a level) and are also followed exactly, running
+  // whenever the capacity is there; the better of the two counts.
   void BestFixed(OracleResult* out) const {
     OracleResult& r = *out;
     r.fixed_cost = kInf;
@@ -582,6 +583,31 @@ class Solver {
           break;
       }
       if (best < kInf) consider(best, best_t, T.configs[c]);
+    }
+    // The same configurations run whenever the trace lets them, followed with the exact progress:
+    // the soonest finish, and often the cheapest (the recursion above rounds progress down, but
+    // may wait out a window whose restart would cost more than its work is worth).
+    for (size_t c = 0; c < C; ++c) {
+      if (T.spot_nodes[c] == 0 || !s.spot.count(T.configs[c].type)) continue;
+      const bool stays = static_cast<int>(c) == T.start || static_cast<int>(c) == T.start_spot;
+      const Config& cfg = T.configs[c];
+      double u = T.model.StartProgress(), paid = 0;
+      int cls = stays ? 0 : T.group[c] == T.group[T.start] ? 1 : 2;
+      for (int j = 0; j < H; ++j) {
+        if (!Allowed(c, j)) {
+          cls = 2;  // coming back costs a switch
+          continue;
+        }
+        double fin = -1;
+        u = T.model.Advance(cfg, u, T.model.TrainSeconds(cfg, T.switch_s[cls]), &fin);
+        if (fin >= 0) {
+          const double secs = T.switch_s[cls] + fin * (1 + T.ckpt_share[c]);
+          consider(paid + secs / 3600 * T.price[c], j * T.W + secs, cfg);
+          break;
+        }
+        paid += T.W / 3600 * T.price[c];
+        cls = 0;
+      }
     }
     if (r.fixed_cost == kInf) r.fixed_cost = 0;
   }

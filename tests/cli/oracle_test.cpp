@@ -280,6 +280,23 @@ TEST(Oracle, ItsScheduleHardlyDependsOnTheLevels) {
   EXPECT_LE(r600.cost, 1.05 * r1200.cost_lower);
 }
 
+// The best fixed configuration on a capacity trace: running whenever the capacity is there,
+// followed exactly, finds one within this $60 budget that the recursion rounding each window's
+// progress down to one of 600 levels does not (4x g4dn.12xlarge on spot, about 12 h).
+TEST(Oracle, BestFixedFollowsTheCapacityExactly) {
+  CLOUDTUNE_NEEDS_SHARED_DATA();
+  const Scenario s = LoadScenario(std::string(CLOUDTUNE_SOURCE_DIR) +
+                                  "/data/scenarios/pollux-imagenet-budget-spot16.json");
+  const OracleResult r = Oracle(s).Solve(2, 60);
+  ASSERT_GT(r.fixed_cost, 0);
+  EXPECT_LE(r.fixed_cost, s.objective.budget_usd);
+  EXPECT_LT(r.fixed_makespan_h, 15);
+  EXPECT_NE(r.fixed_config.find("spot"), std::string::npos) << r.fixed_config;
+  // No single configuration finishes sooner within the budget than the schedule may switch.
+  ASSERT_TRUE(r.finished);
+  EXPECT_LE(r.makespan_h, r.fixed_makespan_h);
+}
+
 // The tables are built on several threads; the optimum is the same on one.
 TEST(Oracle, TablesDoNotDependOnTheThreads) {
   CLOUDTUNE_NEEDS_SHARED_DATA();
