@@ -448,8 +448,16 @@ class Solver {
   // (never less than the recursion's rounded-down levels): *cost and *time (s) of its finish, or
   // false when it does not finish (the recursion's figures then stand).
   bool Follow(double* cost, double* time) const {
-    int32_t prev = 0;
-    const std::vector<int32_t> per_window = Windows(&prev);
+    int32_t first = 0;
+    const std::vector<int32_t> per_window = Windows(&first);
+    return Follow(per_window, first, cost, time);
+  }
+
+  // The same for a schedule given as the configuration of each window (index C: idle) from the
+  // job standing in `first` at time 0; false also when it finishes beyond the horizon or budget.
+  bool Follow(const std::vector<int32_t>& per_window, int32_t first, double* cost,
+              double* time) const {
+    int32_t prev = first;
     double u = T.model.StartProgress(), paid = 0;
     for (size_t j = 0; j < per_window.size(); ++j) {
       const int32_t c = per_window[j];
@@ -589,25 +597,12 @@ class Solver {
     // may wait out a window whose restart would cost more than its work is worth).
     for (size_t c = 0; c < C; ++c) {
       if (T.spot_nodes[c] == 0 || !s.spot.count(T.configs[c].type)) continue;
-      const bool stays = static_cast<int>(c) == T.start || static_cast<int>(c) == T.start_spot;
-      const Config& cfg = T.configs[c];
-      double u = T.model.StartProgress(), paid = 0;
-      int cls = stays ? 0 : T.group[c] == T.group[T.start] ? 1 : 2;
-      for (int j = 0; j < H; ++j) {
-        if (!Allowed(c, j)) {
-          cls = 2;  // coming back costs a switch
-          continue;
-        }
-        double fin = -1;
-        u = T.model.Advance(cfg, u, T.model.TrainSeconds(cfg, T.switch_s[cls]), &fin);
-        if (fin >= 0) {
-          const double secs = T.switch_s[cls] + fin * (1 + T.ckpt_share[c]);
-          consider(paid + secs / 3600 * T.price[c], j * T.W + secs, cfg);
-          break;
-        }
-        paid += T.W / 3600 * T.price[c];
-        cls = 0;
-      }
+      const int32_t cfg = static_cast<int32_t>(c);
+      std::vector<int32_t> per_window(H);
+      for (int j = 0; j < H; ++j) per_window[j] = Allowed(c, j) ? cfg : static_cast<int32_t>(C);
+      double cost = 0, time = 0;
+      if (Follow(per_window, cfg == T.start_spot ? cfg : T.start, &cost, &time))
+        consider(cost, time, T.configs[c]);
     }
     if (r.fixed_cost == kInf) r.fixed_cost = 0;
   }
