@@ -444,9 +444,9 @@ class Solver {
     return per_window;
   }
 
-  // The last recorded Forward()'s schedule followed with the exact progress of every window
-  // (never less than the recursion's rounded-down levels): *cost and *time (s) of its finish, or
-  // false when it does not finish (the recursion's figures then stand).
+  // The last recorded Forward()'s schedule followed with the exact progress of every window:
+  // *cost and *time (s) of its finish; false when it does not finish within the horizon and
+  // budget.
   bool Follow(double* cost, double* time) const {
     int32_t first = 0;
     const std::vector<int32_t> per_window = Windows(&first);
@@ -655,6 +655,8 @@ void FollowOne(Solver* solver, const Oracle::Tables& t, bool schedule, OracleRes
   if (!(plan < kInf && solver->Follow(&cost, &time))) {
     solver->Forward(t.next_lo, &plan, &plan_time, true);
     cost = time = kInf;
+    // (Followed exactly, it makes no less progress than rounded down: the recursion's own
+    // figures stand only should the model's progress not be monotone.)
     if (plan < kInf && !solver->Follow(&cost, &time)) cost = plan, time = plan_time;
   }
   r->finished = cost < kInf;

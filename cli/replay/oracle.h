@@ -113,8 +113,8 @@ class Oracle {
   // `give_up` > 0, the time goal only: the schedule it can follow is searched for no later than
   // `give_up` × the lower bound's makespan, and counts as not found beyond (a quick test of
   // whether these levels resolve the run; the search stops at its first finish, so a schedule
-  // found within that time is the optimum). `best_fixed` false: OracleResult's fixed_* are left
-  // empty (their search is a recursion per configuration over the whole horizon).
+  // found within that time is the one the full search finds). `best_fixed` false: OracleResult's
+  // fixed_* are left empty (their search is a recursion per configuration over the whole horizon).
   OracleResult Solve(uint64_t seed, double horizon_h = 0, double give_up = 0,
                      bool best_fixed = true) const;
   // Configurations kept after dropping the dominated batches (purchases included).
