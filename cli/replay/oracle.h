@@ -28,8 +28,8 @@
 //   gives the schedule instead.) The recursion rounding each window's progress up gives a bound
 //   of what the objective can reach: for the cost goal no schedule of this model costs less than
 //   `cost_lower`; for the time goal none within the budget finishes sooner than
-//   `makespan_lower_h`. That bound needs fine levels; its gap to the schedule's figure is the
-//   discretisation.
+//   `makespan_lower_h`. That bound needs fine levels. The gap between it and the schedule's
+//   figure bounds how far the schedule can be from the optimum of this model.
 // - Configurations: the traced ones (purchase on demand, spot, and anchor + spot workers for
 //   multi-node types with a spot price). Within one set of instances, a batch that is never the
 //   fastest to progress at any level is dropped (it could only save a batch switch).

@@ -294,14 +294,13 @@ void RegisterReplayCommand(CLI::App& app) {
         jr["runs"].push_back(run);
         if (oracle > 0 && !time_goal)
           os << "oracle: a schedule it can follow costs $" << std::setprecision(2) << oracle
-             << "; no schedule of its model costs less than $" << oracle_lower
-             << " (discretisation " << std::setprecision(1)
-             << 100 * (oracle / std::max(1e-12, oracle_lower) - 1) << "%, " << oracle_levels
-             << " progress levels)\n";
+             << "; no schedule of its model costs less than $" << oracle_lower << " (gap "
+             << std::setprecision(1) << 100 * (oracle / std::max(1e-12, oracle_lower) - 1) << "%, "
+             << oracle_levels << " progress levels)\n";
         if (oracle > 0 && time_goal)
           os << "oracle: a schedule it can follow takes " << std::setprecision(2) << oracle_h
              << " h ($" << oracle << "); no schedule of its model within the budget finishes "
-             << "sooner than " << oracle_lower_h << " h (discretisation " << std::setprecision(1)
+             << "sooner than " << oracle_lower_h << " h (gap " << std::setprecision(1)
              << 100 * (oracle_h / std::max(1e-12, oracle_lower_h) - 1) << "%, " << oracle_levels
              << " progress levels)\n";
         for (auto& r : res)
