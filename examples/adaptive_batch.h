@@ -4,18 +4,19 @@
 // test-accuracy stop condition (--target-accuracy). Used by examples/train_fashion_mnist.cpp when
 // any of these flags is given (otherwise its plain epoch loop runs).
 //
-// Every `adapt_every` optimizer steps rank 0 reads the plugin's gradient-noise state
-// (plugin::Instance()->noise()) and the measured step times (Instance()->profile()), asks the tuner
-// runtime (Runtime::AdviseBatch: the batch-size controller with the runtime's efficiency model) for
-// the local batch x micro-steps that maximise goodput (switching only beyond its hysteresis
-// threshold) and the LR scale of that batch, and broadcasts the decision as one small
-// tensor over the job's own process group; all ranks adopt it at the same step. Every decision is
-// logged ("adaptive-batch: step N switch ..." or "adaptive-batch: step N keep ...: reason").
+// Every `adapt_every` optimizer steps rank 0 asks the tuner runtime what it may take up in
+// process (Runtime::InProcessBatch): the batch of the runtime's latest recommendation when that
+// recommendation was decided from the configuration the job runs and keeps its hardware, the same
+// rule the replay's job follows between its decisions (`cloudtune replay`), so what the replay
+// proves is what this loop does. The LR scale of that batch is computed here, and the decision is
+// broadcast as one small tensor over the job's own process group; all ranks adopt it at the same
+// step. Every decision is logged ("adaptive-batch: step N switch ..." or "adaptive-batch: step N
+// keep ...: reason"). The tuner refits on its own thread every CLOUDTUNE_REFIT_SECONDS and at
+// once on a new configuration's first record, so a decision never waits for a fit.
 //
-// Step times of configurations not run yet: the measured step time of the current configuration,
-// its compute part scaled by a linear compute model C(b) = a + c*b per micro-step fitted to a short
-// forward/backward probe at start-up (T(b, s) = sync + k * s * C(b), k = measured / modelled
-// compute of the current configuration). Configurations already run use their measured time.
+// The caps reach the tuner's search through its options: --max-local-batch sets
+// CLOUDTUNE_MAX_LOCAL_BATCH (default, when neither is set: 512) and --max-accum sets
+// CLOUDTUNE_MAX_ACCUM_STEPS (micro-steps - 1; default 1 micro-step).
 #pragma once
 
 #include <torch/torch.h>
@@ -29,10 +30,11 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
-#include "estimator/batch_size.h"
+#include "estimator/batch_size.h"  // LrScale
 #include "estimator/efficiency.h"
 #include "examples/fashion_mnist.h"
 #include "plugin/runtime/runtime.h"
@@ -41,17 +43,17 @@ namespace cloudtune::examples {
 
 // Flags of the evaluated loop (see AddAdaptiveFlags for their documentation).
 struct AdaptiveFlags {
-  bool adaptive_batch = false;  // let the controller change the batch
+  bool adaptive_batch = false;  // take up the tuner's batch for this hardware in process
   int adapt_every = 50;         // optimizer steps between decisions (>= 1)
   double base_batch = 0;        // B0, total samples per step of progress (0 = initial batch)
   std::string lr_scaling;       // "adascale" | "sqrt" | "linear" | "none" ("" = adascale when
                                 // adapting, none otherwise)
   int max_local_batch = 0;      // cap of the local batch (0 = CLOUDTUNE_MAX_LOCAL_BATCH or 512)
-  int max_accum = 0;            // most micro-steps per optimizer step when adapting (>= 1; 0 = 1)
-  double switch_threshold = 0.05;
-  std::string validation_csv;  // rank 0 writes progress,iteration,metric,grad_sqr,grad_var
-  double target_accuracy = 0;  // stop once test accuracy >= this (0 = off)
-  int eval_every = 0;          // evaluate every E steps (0 = at the end of each epoch)
+  int max_accum = 0;            // most micro-steps per optimizer step when adapting (0 =
+                                // CLOUDTUNE_MAX_ACCUM_STEPS + 1, or 1)
+  std::string validation_csv;   // rank 0 writes progress,iteration,metric,grad_sqr,grad_var
+  double target_accuracy = 0;   // stop once test accuracy >= this (0 = off)
+  int eval_every = 0;           // evaluate every E steps (0 = at the end of each epoch)
   bool active() const {
     return adaptive_batch || !validation_csv.empty() || target_accuracy > 0 || eval_every > 0;
   }
@@ -63,8 +65,8 @@ struct AdaptiveFlags {
 
 inline void AddAdaptiveFlags(CLI::App& app, AdaptiveFlags* f) {
   app.add_flag("--adaptive-batch", f->adaptive_batch,
-               "adapt the batch in-process to maximise goodput (needs the plugin; sets "
-               "CLOUDTUNE=1 when unset)");
+               "take up in process the batch the tuner proposes for this hardware (needs the "
+               "plugin; sets CLOUDTUNE=1 when unset)");
   app.add_option("--adapt-every", f->adapt_every, "optimizer steps between batch decisions");
   app.add_option("--base-batch", f->base_batch,
                  "B0: total batch that progress and grad_var refer to (0 = the initial batch)");
@@ -72,12 +74,11 @@ inline void AddAdaptiveFlags(CLI::App& app, AdaptiveFlags* f) {
                  "LR rule relative to --lr at B0: adascale|sqrt|linear|none (default adascale with "
                  "--adaptive-batch, none otherwise)");
   app.add_option("--max-local-batch", f->max_local_batch,
-                 "largest local batch --adaptive-batch may choose (0 = CLOUDTUNE_MAX_LOCAL_BATCH "
-                 "or 512)");
+                 "largest local batch the tuner may propose (sets CLOUDTUNE_MAX_LOCAL_BATCH; 0 = "
+                 "that variable, or 512)");
   app.add_option("--max-accum", f->max_accum,
-                 "most micro-steps per optimizer step --adaptive-batch may choose (0 = 1)");
-  app.add_option("--switch-threshold", f->switch_threshold,
-                 "switch only when the predicted goodput gain exceeds this fraction");
+                 "most micro-steps per optimizer step the tuner may propose (sets "
+                 "CLOUDTUNE_MAX_ACCUM_STEPS; 0 = that variable + 1, or 1)");
   app.add_option("--validation-csv", f->validation_csv,
                  "rank 0 writes progress,iteration,metric,grad_sqr,grad_var after each evaluation");
   app.add_option("--target-accuracy", f->target_accuracy,
@@ -102,39 +103,23 @@ inline bool PrepareAdaptive(const AdaptiveFlags& f) {
   if (!(f.base_batch >= 0)) return fail("--base-batch must be >= 0");
   if (f.max_local_batch < 0 || f.max_accum < 0)
     return fail("--max-local-batch and --max-accum must be >= 0");
-  if (!(f.switch_threshold >= 0)) return fail("--switch-threshold must be >= 0");
   if (!(f.target_accuracy >= 0 && f.target_accuracy <= 1))
     return fail("--target-accuracy must be in [0, 1]");
   if (f.eval_every < 0) return fail("--eval-every must be >= 0");
   // The gradient noise (decisions, validation trace, AdaScale gain) comes from the plugin.
   if (f.adaptive_batch || !f.validation_csv.empty() || r != "none") ::setenv("CLOUDTUNE", "1", 0);
+  // The caps are the tuner's: its search proposes nothing beyond them.
+  if (f.adaptive_batch) {
+    const bool local = f.max_local_batch > 0, accum = f.max_accum > 0;
+    ::setenv("CLOUDTUNE_MAX_LOCAL_BATCH", std::to_string(local ? f.max_local_batch : 512).c_str(),
+             local);
+    ::setenv("CLOUDTUNE_MAX_ACCUM_STEPS", std::to_string(accum ? f.max_accum - 1 : 0).c_str(),
+             accum);
+  }
   return true;
 }
 
 namespace detail {
-
-// Per-micro-step compute time C(b) = a + c*b, least squares on (b, seconds).
-struct ComputeModel {
-  double a = 0, c = 1;
-  double At(double b) const { return a + c * b; }
-  void Fit(const std::vector<std::pair<double, double>>& pts) {
-    double n = 0, sb = 0, st = 0, sbb = 0, sbt = 0;
-    for (auto& [b, t] : pts) {
-      n += 1, sb += b, st += t, sbb += b * b, sbt += b * t;
-    }
-    const double den = n * sbb - sb * sb;
-    if (n < 2 || den <= 0) {
-      a = 0, c = n > 0 ? st / sb : 1;
-      return;
-    }
-    c = (n * sbt - sb * st) / den;
-    a = (st - c * sb) / n;
-    if (c <= 0) c = 1e-9;
-    if (a < 0) {  // refit through the origin
-      a = 0, c = sbt / sbb;
-    }
-  }
-};
 
 inline core::NoiseState NoiseAtBase(const plugin::Plugin& ct, double b0, bool* valid) {
   const hooks::GnsState g = ct.noise();
@@ -181,13 +166,11 @@ class AdaptiveLoop {
     rule_name_ = f_.rule();
     scale_lr_ = rule_name_ != "none" && estimator::ParseLrScaling(rule_name_, &rule_);
     account_ = std::make_unique<estimator::ProgressAccount>(b0_);
-    controller_ = std::make_unique<estimator::BatchSizeController>(ControllerOptions());
   }
 
   // Runs training until --steps, --epochs or --target-accuracy.
   void Run() {
     n_ = SharedSampleCount();
-    if (f_.adaptive_batch) ProbeCompute();
     OpenValidationCsv();
     Log(std::string("adaptive loop: ") + (f_.adaptive_batch ? "adaptive batch" : "fixed batch") +
         ", local batch " + std::to_string(local_) + " x " + std::to_string(micro_) +
@@ -207,21 +190,6 @@ class AdaptiveLoop {
   double Seconds() const { return std::chrono::duration<double>(Clock::now() - c_.t0).count(); }
   double Global() const { return double(c_.world) * local_ * micro_; }
 
-  estimator::BatchSizeOptions ControllerOptions() const {
-    estimator::BatchSizeOptions bo;
-    bo.max_local_batch = 512;
-    if (c_.ct && c_.ct->options().max_local_batch > 0)  // CLOUDTUNE_MAX_LOCAL_BATCH
-      bo.max_local_batch = c_.ct->options().max_local_batch;
-    if (f_.max_local_batch > 0) bo.max_local_batch = f_.max_local_batch;
-    bo.max_accum_steps = std::max(f_.max_accum, 1) - 1;
-    bo.min_global_batch = b0_;
-    bo.switch_threshold = f_.switch_threshold;
-    bo.lr_scaling = rule_;
-    std::string err;
-    if (!bo.IsValid(&err)) throw std::runtime_error("batch-size options: " + err);
-    return bo;
-  }
-
   // Same sample count on every rank, so that epochs end at the same step everywhere.
   int64_t SharedSampleCount() const {
     int64_t n = c_.x_train.size(0);
@@ -233,63 +201,11 @@ class AdaptiveLoop {
     return n;
   }
 
-  // Compute-time probe (every rank, so that they stay in step): forward/backward at a few local
-  // batches (8..128), the fastest of 2 repetitions each. Parameters are untouched.
-  void ProbeCompute() {
-    std::vector<std::pair<double, double>> pts;
-    const int cap = controller_->options().max_local_batch;
-    for (int b = 8; b <= std::min<int>({cap, 128, static_cast<int>(n_)}); b *= 2) {
-      double best = 1e30;
-      for (int rep = 0; rep < 2; ++rep) {
-        auto x = c_.x_train.narrow(0, 0, b);
-        auto y = c_.y_train.narrow(0, 0, b);
-        const auto s = Clock::now();
-        c_.fg->flat.zero_();
-        torch::nll_loss((*c_.net)->forward(x), y).backward();
-        best = std::min(best, std::chrono::duration<double>(Clock::now() - s).count());
-      }
-      pts.emplace_back(b, best);
-    }
-    c_.fg->flat.zero_();
-    cm_.Fit(pts);
-    char buf[200];
-    std::snprintf(buf, sizeof buf,
-                  "adaptive-batch: compute probe %zu batch sizes: %.3g ms + %.3g ms/sample per "
-                  "micro-step; B0 %g, LR rule %s, max local batch %d, threshold %.0f%%",
-                  pts.size(), cm_.a * 1e3, cm_.c * 1e3, b0_, rule_name_.c_str(), cap,
-                  f_.switch_threshold * 100);
-    Log(buf);
-  }
-
   void OpenValidationCsv() {
     if (!leader_ || f_.validation_csv.empty()) return;
     csv_.open(f_.validation_csv);
     if (!csv_) throw std::runtime_error("cannot write --validation-csv " + f_.validation_csv);
     csv_ << "progress,iteration,metric,grad_sqr,grad_var\n" << std::flush;
-  }
-
-  // Step time of (local, extra accumulation) at this world size, from the plugin's profile.
-  estimator::BatchSizeController::StepTimeFn StepTimeFn() const {
-    const auto prof = c_.ct->profile();
-    std::vector<core::Measurement> mine;
-    double k = 1, sync = 0;
-    bool have_cur = false;
-    for (const auto& m : prof) {
-      if (m.key.num_replicas != c_.world || m.rows < 1) continue;
-      mine.push_back(m);
-      if (m.key.local_bsz == local_ && m.key.accum_steps + 1 == micro_) {
-        const double comp = std::max(m.compute_time(), 1e-9);
-        k = comp / (micro_ * cm_.At(local_));
-        sync = std::max(m.sync_time, 0.0);
-        have_cur = true;
-      }
-    }
-    if (!have_cur) k = 1;
-    return [mine, k, sync, cm = cm_](int l, int extra) {
-      for (const auto& m : mine)
-        if (m.key.local_bsz == l && m.key.accum_steps == extra) return m.step_time;
-      return sync + k * (extra + 1) * cm.At(l);
-    };
   }
 
   // Test accuracy (same value on every rank).
@@ -386,7 +302,7 @@ class AdaptiveLoop {
   void LeaderDecision(double msg[4]) {
     bool valid = false;
     const core::NoiseState ns = NoiseAtBase(*c_.ct, b0_, &valid);
-    char buf[400];
+    char buf[600];
     if (!valid) {
       std::snprintf(buf, sizeof buf,
                     "adaptive-batch: step %lld keep local %d x %d: no gradient-noise estimate yet",
@@ -397,38 +313,42 @@ class AdaptiveLoop {
     msg[2] =
         scale_lr_ ? estimator::LrScale(rule_, Global(), b0_, estimator::Gain(ns, Global())) : 1.0;
     if (!f_.adaptive_batch) return;
-    estimator::BatchSizeDecision d;
     std::string why;
-    try {
-      const runtime::Runtime* rt = c_.ct->tuner_runtime();
-      if (!rt) throw std::runtime_error("the tuner runtime is off");
-      d = rt->AdviseBatch(*controller_, c_.world, StepTimeFn(), ns, account_->progress(), local_,
-                          micro_ - 1);
-    } catch (const std::exception& e) {
-      why = e.what();
+    std::optional<search::Config> take;
+    if (const runtime::Runtime* rt = c_.ct->tuner_runtime()) {
+      core::ConfigKey running;
+      running.num_nodes = c_.ct->job().num_nodes;
+      running.num_replicas = c_.world;
+      running.local_bsz = local_;
+      running.accum_steps = micro_ - 1;
+      take = rt->InProcessBatch(running, &why);
+    } else {
+      why = "the tuner runtime is off";
     }
-    if (!why.empty()) {
-      std::snprintf(buf, sizeof buf, "adaptive-batch: step %lld keep local %d x %d: %s",
-                    static_cast<long long>(step_), local_, micro_, why.c_str());
-    } else if (d.switched) {
-      msg[0] = d.local_bsz, msg[1] = d.accum_steps + 1, msg[3] = 1;
-      msg[2] = scale_lr_ ? d.lr_scale : 1.0;
+    const int local = take ? take->local_bsz : local_,
+              micro = take ? take->accum_steps + 1 : micro_;
+    if (take && int64_t(local) * micro > n_) {
+      why = "the proposed " + std::to_string(local) + " x " + std::to_string(micro) +
+            " exceeds the training shard";
+      take.reset();
+    }
+    if (take && (local != local_ || micro != micro_)) {
+      const double global = double(c_.world) * local * micro;
+      msg[0] = local, msg[1] = micro, msg[3] = 1;
+      msg[2] =
+          scale_lr_ ? estimator::LrScale(rule_, global, b0_, estimator::Gain(ns, global)) : 1.0;
       std::snprintf(buf, sizeof buf,
-                    "adaptive-batch: step %lld switch local %d x %d -> %d x %d (global %g -> "
-                    "%lld)%s, predicted goodput gain %+.1f%%, noise scale %.0f, gain %.2f, lr "
-                    "x%.3f, progress %.1f",
-                    static_cast<long long>(step_), local_, micro_, d.local_bsz, d.accum_steps + 1,
-                    Global(), d.global_batch,
-                    d.forced ? " forced: current configuration infeasible" : "",
-                    d.predicted_gain * 100, ns.noise_scale(),
-                    estimator::Gain(ns, double(d.global_batch)), msg[2], account_->progress());
+                    "adaptive-batch: step %lld switch local %d x %d -> %d x %d (global %g -> %g), "
+                    "noise scale %.0f, gain %.2f, lr x%.3f, progress %.1f: %s",
+                    static_cast<long long>(step_), local_, micro_, local, micro, Global(), global,
+                    ns.noise_scale(), estimator::Gain(ns, global), msg[2], account_->progress(),
+                    why.c_str());
     } else {
       std::snprintf(buf, sizeof buf,
-                    "adaptive-batch: step %lld keep local %d x %d (global %g): best candidate "
-                    "gains %+.1f%% <= threshold %.0f%%, noise scale %.0f, lr x%.3f",
-                    static_cast<long long>(step_), local_, micro_, Global(),
-                    (d.current_goodput > 0 ? d.best_goodput / d.current_goodput - 1 : 0) * 100,
-                    f_.switch_threshold * 100, ns.noise_scale(), msg[2]);
+                    "adaptive-batch: step %lld keep local %d x %d (global %g), noise scale %.0f, "
+                    "lr x%.3f: %s",
+                    static_cast<long long>(step_), local_, micro_, Global(), ns.noise_scale(),
+                    msg[2], take ? ("the tuner keeps it: " + why).c_str() : why.c_str());
     }
     Log(buf);
   }
@@ -503,8 +423,6 @@ class AdaptiveLoop {
   estimator::LrScaling rule_ = estimator::LrScaling::kAdaScale;
   bool scale_lr_ = false;
   std::unique_ptr<estimator::ProgressAccount> account_;
-  std::unique_ptr<estimator::BatchSizeController> controller_;
-  ComputeModel cm_;
   int64_t n_ = 0;
   std::ofstream csv_;
   double int_sqr_ = 0, int_var_ = 0;

@@ -101,6 +101,11 @@ const char* ActionName(Recommendation::Action a) {
   return "?";
 }
 
+std::optional<Config> InProcessBatch(const Recommendation& r, const Config& running) {
+  if (!r.in_process || !r.in_process->config.SameHardware(running)) return {};
+  return r.in_process->config;
+}
+
 double ExpectedImprovement(double incumbent, double median, double sigma, double max_factor) {
   if (!(median > 0) || !std::isfinite(median) || !(incumbent > 0) || !(max_factor > 0)) return 0;
   // E[(a − bX) 1{X <= u}] with u = min(a / b, max_factor): the improvement is positive below a / b.
@@ -278,6 +283,30 @@ Exploration ExploreForTheObjective(const SearchProblem& p, const RecommendOption
 
 }  // namespace
 
+// Recommendation::in_process when the proposal needs a restart: the best batch on the current
+// hardware if it beats the current one beyond the hysteresis (or the current one cannot run: over
+// the space's local batch or accumulation limit), else the current one.
+namespace {
+// Within the generated space's memory limits (local batch, accumulation); explicit candidates
+// (a replay's traced configurations) are what can run, and the limits do not apply to them.
+bool Runnable(const SearchProblem& p, const Evaluation& e) {
+  return !p.candidates.empty() || (e.config.local_bsz <= p.space.max_local_bsz &&
+                                   e.config.accum_steps <= p.space.max_accum_steps);
+}
+
+Evaluation BestInProcess(const SearchProblem& p, const RecommendOptions& options,
+                         const std::optional<Evaluation>& same, const Evaluation& current) {
+  if (!same || same->config == current.config) return current;
+  if (!Runnable(p, current)) return *same;
+  if (same->feasible != current.feasible) return same->feasible ? *same : current;
+  const double cur =
+      current.feasible ? current.Objective(p.objective.goal) : Excess(p.objective, current);
+  const double alt =
+      same->feasible ? same->Objective(p.objective.goal) : Excess(p.objective, *same);
+  return cur - alt > options.hysteresis * cur ? *same : current;
+}
+}  // namespace
+
 Recommendation Decide(const SearchProblem& problem, const RecommendOptions& options,
                       const std::function<bool(const Config&)>& measured) {
   const Goal goal = problem.objective.goal;
@@ -414,6 +443,12 @@ Recommendation Decide(const SearchProblem& problem, const RecommendOptions& opti
   }
   r.proposed = chosen;
   r.reason = why.str();
+  if (r.has_current)
+    r.in_process = r.action != Recommendation::Action::kMeasure &&
+                           chosen.config.SameHardware(r.current.config) &&
+                           !(chosen.config == r.current.config && !Runnable(problem, r.current))
+                       ? chosen
+                       : BestInProcess(problem, options, sr.same_hardware, r.current);
   for (const Evaluation& e : sr.top) {
     if (e.config == r.proposed.config) continue;
     if (r.alternatives.size() >= 5) break;
@@ -589,6 +624,8 @@ nlohmann::json Recommendation::ToJson() const {
   j["current"] = has_current ? EvalJson(current) : nlohmann::json();
   j["proposed"] = EvalJson(proposed);
   j["best_predicted"] = EvalJson(best);
+  // What the job can take up without a restart (InProcessBatch).
+  j["in_process"] = in_process ? EvalJson(*in_process) : nlohmann::json();
   if (action == Action::kMeasure) {
     j["expected_improvement"] = expected_improvement;
     j["measurement_cost"] = measurement_cost;
@@ -637,6 +674,9 @@ std::string Recommendation::ToTable() const {
   };
   if (has_current) widen(current);
   widen(proposed);
+  const bool show_in_process = in_process && !(in_process->config == proposed.config) &&
+                               !(has_current && in_process->config == current.config);
+  if (show_in_process) widen(*in_process);
   for (const auto& a : alternatives) widen(a);
   const int w = static_cast<int>(width);
   s << std::left << std::setw(10) << "" << std::setw(w) << "configuration" << std::right
@@ -651,6 +691,7 @@ std::string Recommendation::ToTable() const {
   };
   if (has_current) row("current", current);
   row("proposed", proposed);
+  if (show_in_process) row("in proc.", *in_process);  // the batch to run until a relaunch
   for (size_t i = 0; i < alternatives.size(); ++i)
     row("alt " + std::to_string(i + 1), alternatives[i]);
   s << "\n" << evaluated << " candidates evaluated; catalog: " << catalog_source << "\n";

@@ -82,7 +82,14 @@ struct Recommendation {
   Evaluation current;   // predicted for the current configuration (when has_current)
   Evaluation proposed;  // the configuration to run next
   Evaluation best;      // best predicted configuration (exploit), = proposed unless measuring
-  std::string reason;   // which constraint or term decided
+  // What the job can take up without a restart (with has_current): the proposal when it keeps the
+  // current hardware and is not a measurement; otherwise the best batch on the current hardware
+  // (SearchResult::same_hardware) when it beats the current one beyond the hysteresis, or the
+  // current configuration is beyond the space's memory limits (local batch, accumulation); else
+  // the current one. A job that runs on until it is relaunched on other hardware tunes its batch
+  // with it (see InProcessBatch).
+  std::optional<Evaluation> in_process;
+  std::string reason;                    // which constraint or term decided
   std::vector<Evaluation> alternatives;  // next-best configurations
   size_t evaluated = 0;                  // candidates evaluated
   // Of a measurement (objective units), when measuring. When no candidate meets the deadline or
@@ -103,6 +110,13 @@ struct Recommendation {
   std::string ToTable() const;    // human-readable
 };
 const char* ActionName(Recommendation::Action a);  // "keep", "switch", "measure"
+
+// What a running job can take up in process, without a restart (batch_switch_s):
+// Recommendation::in_process, when `running` has its hardware (type, nodes, GPUs per node,
+// purchase); it may be `running` itself (nothing to change). nullopt when `r` has no current
+// configuration or was decided for other hardware. The one rule that the live job (the examples'
+// --adaptive-batch) and the replay's job between its decisions follow.
+std::optional<Config> InProcessBatch(const Recommendation& r, const Config& running);
 
 // The entry point. Throws cloudtune::InputError on invalid options, an empty profile without a
 // current configuration, a profile type not in the catalog, or neither noise nor efficiency.

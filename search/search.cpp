@@ -365,7 +365,7 @@ SearchResult Search(const SearchProblem& p) {
   CheckProblem(p);
   SearchResult r;
   const size_t k = std::max(1, p.keep_top);
-  BestK top(k), promising(k);
+  BestK top(k), promising(k), same(1);
   double best_excluded = kInf;
   ForEachEvaluated(
       p, [&](const InstanceType& t, const Config& c, const Estimate& step, const Estimate& steps) {
@@ -380,10 +380,12 @@ SearchResult Search(const SearchProblem& p) {
           if (p.objective.Miss(e.hours, e.cost, e.log_sigma) * std::exp(-2 * e.log_sigma) <= 1)
             promising.Offer({0, e.Objective(p.objective.goal)}, e);
         }
+        if (p.current && c.SameHardware(*p.current)) same.Offer(RankOf(e, p.objective), e);
         top.Offer(RankOf(e, p.objective), e);
       });
   r.top = top.Take();
   r.promising = promising.Take();
+  if (auto s = same.Take(); !s.empty()) r.same_hardware = std::move(s[0]);
   if (!r.top.empty() && r.top[0].feasible && best_excluded < r.top[0].Objective(p.objective.goal))
     r.better_but_excluded = 1;  // at least one; the exact count is not tracked
   if (!r.top.empty() && !r.top[0].feasible) StepTowardAPlan(p, &r);

@@ -9,6 +9,7 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -181,6 +182,10 @@ struct SearchResult {
   // candidate in top, they are where measuring can change the decision most (an unmeasured type
   // projected from other hardware, say), so exploration considers them too.
   std::vector<Evaluation> promising;
+  // The best candidate on the current configuration's hardware (SearchProblem::current: same type,
+  // nodes, GPUs per node and purchase; only the batch differs), by the same ranking as `top`; none
+  // without a current configuration or when no such candidate is in the space.
+  std::optional<Evaluation> same_hardware;
 };
 
 // Evaluates one candidate (NaN-free; infeasible when the predictor says impossible: hours = inf).

@@ -133,6 +133,7 @@ Decision CloudtunePolicy(const runtime::Runtime& tuner, const Decision& cadence,
   d.measure = r.action == Recommendation::Action::kMeasure;
   d.why = r.reason;
   d.checkpoint_interval_s = r.proposed.checkpoint_interval_s;  // from the rates it has learned
+  d.in_process = search::InProcessBatch(r, job.current);
   if (!d.measure && r.mixed && r.mixed->proposed && r.mixed->best) {
     // A mixed cluster: the job keeps reporting its single-type configuration; a running cluster
     // with the same hardware is kept (its balanced batches are not re-tuned at every decision).

@@ -70,6 +70,10 @@ struct Decision {
   // proposal is taken up; other hardware, a measurement or a mixed cluster wait for the next
   // decision.
   double retune_s = 0;
+  // What the job takes up in process between decisions (search::InProcessBatch: the proposal when
+  // it keeps the hardware, else the best batch on the hardware it runs); nullopt = nothing. Only
+  // read with retune_s > 0.
+  std::optional<Config> in_process;
 };
 
 // What one window runs: its true step time, prices and exposure (a single-type configuration or
@@ -185,8 +189,12 @@ class Simulator {
           !(std::abs(std::log(noise / decided_noise)) < std::log(kRetuneNoiseFactor))) {
         next = policy(*this, cur_, false);
         decided_noise = noise;
-        if (batch_only && (next.mixed || next.measure || !next.config.SameHardware(cur_)))
+        if (batch_only &&
+            !(next.in_process && *next.in_process == next.config && !next.mixed && !next.measure)) {
+          const std::optional<Config> take = next.in_process;
           next = keep;
+          if (take && take->SameHardware(cur_)) next.config = *take;
+        }
       }
       if (!batch_only) since_decision_s = 0;
       hardware_switched = next.mixed || mixed_ || next.measure || !next.config.SameHardware(cur_);

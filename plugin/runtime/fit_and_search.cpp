@@ -169,6 +169,7 @@ FitAndSearchOptions SearchOptionsFrom(const Options& options, const search::Cata
   fo.target.epochs = options.target_epochs;
   fo.target.dataset_size = options.dataset_size;
   if (options.max_local_batch > 0) fo.recommend.space.max_local_bsz = options.max_local_batch;
+  fo.recommend.space.max_accum_steps = options.max_accum_steps;
   fo.recommend.space.max_batch_growth = options.max_batch_growth;
   fo.recommend.mixed_max_types = options.mixed_types;
   fo.recommend.space.wait_for_spot =
@@ -238,6 +239,9 @@ search::RecommendRequest BuildRecommendRequest(const Snapshot& s, const FitAndSe
   req.catalog = o.catalog;
   req.options = o.recommend;
   const double target = o.target.Progress(s.noise.base_batch);
+  if (target > 0 && s.progress >= target)
+    throw TargetReached("the target progress is reached (" + Fixed(s.progress, 1) + " of " +
+                        Fixed(target, 1) + " B0-steps): nothing left to plan");
   req.options.target_progress = target;
   req.options.current_progress = std::min(s.progress, target);
   const bool cost_goal = o.recommend.objective.goal == search::Goal::kCost;
@@ -307,6 +311,8 @@ TunerResult FitAndSearch(const Snapshot& s, const RefitContext& ctx, const FitAn
   j["preempted"] = preempted;
   if (slowdown > 1.0 + 1e-9 && r.has_current) PriceStraggler(r, req.options, slowdown, &j);
   out.change_key = std::string(search::ActionName(r.action)) + "|" + r.proposed.config.ToString();
+  if (r.in_process && !(r.in_process->config == r.proposed.config))  // a batch for now, in process
+    out.change_key += "|" + r.in_process->config.ToString();
   out.log_line = LogLine(r, j["reason"].get<std::string>());
   return out;
 }

@@ -34,6 +34,13 @@ class NotReady : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// Thrown by FitAndSearch when the job has made its target progress (it trains on, e.g. to its last
+// epoch, but there is nothing left to plan): the tuner says so once instead of reporting an error.
+class TargetReached : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 // Why a refit runs.
 struct RefitContext {
   std::string trigger;      // "timer", "config_change", "restored", "preemption", "straggler", …

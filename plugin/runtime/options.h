@@ -54,6 +54,9 @@ struct Options {
   double gns_max_window = 1000;
   // Largest local (per-replica, per micro-step) batch the tuner may propose; 0 = no limit.
   int max_local_batch = 0;
+  // Most extra gradient-accumulation micro-steps per optimizer step the tuner may propose (0 =
+  // none: the job cannot accumulate). >= 0. The search's default (search::SpaceOptions).
+  int max_accum_steps = 3;
   // Observe, then grow: the largest global batch proposed, as a multiple of the largest batch the
   // job has run (search::RecommendOptions::max_batch_growth). >= 1, or 0 = no bound.
   double max_batch_growth = 4;

@@ -234,7 +234,7 @@ TunerResult Runtime::Refit(const core::Snapshot& s, const RefitContext& c) {
     throw;
   }
   Save(s, &r.recommendation);
-  std::atomic_store(&efficiency_, r.efficiency);
+  std::atomic_store(&decision_, std::make_shared<const search::Recommendation>(r.decision));
   std::shared_ptr<const core::ConfigKey> measuring;
   if (r.decision.action == search::Recommendation::Action::kMeasure)
     measuring = std::make_shared<const core::ConfigKey>(r.decision.proposed.config.Key());
@@ -242,14 +242,39 @@ TunerResult Runtime::Refit(const core::Snapshot& s, const RefitContext& c) {
   return r;
 }
 
-estimator::BatchSizeDecision Runtime::AdviseBatch(
-    const estimator::BatchSizeController& controller, int replicas,
-    const estimator::BatchSizeController::StepTimeFn& step, const core::NoiseState& now,
-    double progress, int local_bsz, int accum_steps) const {
-  const auto fitted = std::atomic_load(&efficiency_);
-  if (fitted && !fitted->single_batch())
-    return controller.Recommend(replicas, step, *fitted, progress, local_bsz, accum_steps);
-  return controller.Recommend(replicas, step, now, local_bsz, accum_steps);
+std::optional<search::Config> Runtime::InProcessBatch(const core::ConfigKey& running,
+                                                      std::string* why) const {
+  std::string none;
+  if (!why) why = &none;
+  const auto r = std::atomic_load(&decision_);
+  if (!r) {
+    *why = "no recommendation yet";
+    return {};
+  }
+  const search::Config& c = r->current.config;
+  if (!r->has_current || c.nodes != running.num_nodes || c.replicas() != running.num_replicas ||
+      c.local_bsz != running.local_bsz || c.accum_steps != running.accum_steps) {
+    *why = "no recommendation for this configuration yet";
+    return {};
+  }
+  auto take = search::InProcessBatch(*r, c);
+  const bool relaunch = r->action == search::Recommendation::Action::kMeasure ||
+                        (r->mixed && r->mixed->proposed) || !r->proposed.config.SameHardware(c);
+  if (!take) {
+    *why = "no batch for this hardware in the recommendation: " + r->reason;
+  } else if (!relaunch && *take == r->proposed.config) {
+    *why = r->reason;
+  } else if (!relaunch) {  // the proposal is the current configuration, beyond the limits
+    *why =
+        "the best batch for this hardware within CLOUDTUNE_MAX_LOCAL_BATCH and "
+        "CLOUDTUNE_MAX_ACCUM_STEPS";
+  } else {
+    *why = std::string("the best batch for this hardware (the tuner proposes to ") +
+           search::ActionName(r->action) + " " +
+           (r->mixed && r->mixed->proposed ? "a mixed cluster" : r->proposed.config.ToString()) +
+           ", which needs a relaunch)";
+  }
+  return take;
 }
 
 // ---- state ----

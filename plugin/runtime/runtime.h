@@ -36,7 +36,6 @@
 #include <thread>
 #include <vector>
 
-#include "estimator/batch_size.h"
 #include "estimator/core/env.h"
 #include "estimator/core/types.h"
 #include "plugin/runtime/cloud.h"
@@ -152,14 +151,16 @@ class Runtime {
   std::shared_ptr<const nlohmann::json> Latest() const;
   std::shared_ptr<const core::Snapshot> LatestSnapshot() const;
   const Tuner* tuner() const { return tuner_.get(); }
-  // In-process batch advice (the examples' --adaptive-batch): `controller` with the efficiency
-  // model the last refit decided with when that refit had seen two or more batch sizes (the drift
-  // model), else the noise state `now` as it is. Never fits: safe on the training thread.
-  estimator::BatchSizeDecision AdviseBatch(const estimator::BatchSizeController& controller,
-                                           int replicas,
-                                           const estimator::BatchSizeController::StepTimeFn& step,
-                                           const core::NoiseState& now, double progress,
-                                           int local_bsz, int accum_steps) const;
+  // In-process batch (the examples' --adaptive-batch): what the latest recommendation lets the job
+  // take up without a restart (search::InProcessBatch, the rule the replay's job follows between
+  // its decisions), provided that recommendation was decided from the configuration the job runs
+  // now (`running`: nodes, replicas, local batch, accumulation; a decision about an earlier batch
+  // is never acted on). The result may equal `running` (keep). nullopt when there is no
+  // recommendation yet, it was decided from another configuration, or it proposes other hardware,
+  // a measurement or a mixed cluster. *why (may be null) gets the recommendation's reason, or why
+  // there is nothing to take up. Lock-free; never fits: safe on the training thread.
+  std::optional<search::Config> InProcessBatch(const core::ConfigKey& running,
+                                               std::string* why = nullptr) const;
 
  private:
   struct Window {
@@ -203,7 +204,7 @@ class Runtime {
   std::atomic<bool> started_{false}, stopped_{false};
   std::atomic<bool> preempted_{false};  // a notice was seen (rank 0)
   std::unique_ptr<Tuner> tuner_;
-  std::shared_ptr<const estimator::EfficiencyModel> efficiency_;  // atomic_* access only
+  std::shared_ptr<const search::Recommendation> decision_;  // the latest; atomic_* access only
   // The configuration the last refit asked to measure (null: none); atomic_* access only.
   std::shared_ptr<const core::ConfigKey> measuring_;
   std::unique_ptr<HttpServer> http_;

@@ -121,6 +121,7 @@ json SavedState::ToJson() const {
   return {{"step", step},
           {"progress", progress},
           {"current", KeyToJson(current)},
+          {"current_gpus_per_node", current_gpus_per_node},
           {"profile", std::move(prof)},
           {"noise",
            {{"grad_sqr", noise.grad_sqr},
@@ -146,6 +147,8 @@ SavedState SavedState::FromJson(const json& j, const std::string& source) {
   s.step = Integer(j, "step", source, "", 0);
   s.progress = Number(j, "progress", source, "", 0);
   s.current = KeyFromJson(Member(j, "current", source, ""), source, "current");
+  if (j.contains("current_gpus_per_node"))  // optional: older files have none
+    s.current_gpus_per_node = static_cast<int>(Integer(j, "current_gpus_per_node", source, "", 0));
   const json& prof = Member(j, "profile", source, "");
   if (!prof.is_array()) Bad(source, "\"profile\" is not an array");
   for (size_t i = 0; i < prof.size(); ++i) {
@@ -278,6 +281,7 @@ SavedState MakeSavedState(const core::Snapshot& s, const nlohmann::json* recomme
   st.step = s.step;
   st.progress = std::max(0.0, s.progress);
   st.current = s.current;
+  st.current_gpus_per_node = s.gpus_per_node;
   st.profile = s.profile;
   st.noise = s.noise;
   st.gns = gns.is_object() ? std::move(gns) : nlohmann::json::object();
@@ -302,6 +306,7 @@ core::Snapshot RestoreSnapshot(const SavedState& state) {
   s.step = state.step;
   s.progress = state.progress;
   s.current = state.current;
+  s.gpus_per_node = state.current_gpus_per_node;
   s.profile = state.profile;
   s.noise = state.noise;
   s.spot_exposure = state.spot_exposure;

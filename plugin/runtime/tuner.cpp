@@ -143,31 +143,28 @@ void Tuner::Refit(const std::string& trigger) {
   fitted_generation_ = gen;
   RefitContext ctx{trigger, refits_.load() + fit_errors_.load() + 1};
   TunerResult res;
+  // Counts the outcome and logs its first occurrence of each kind.
+  auto fail = [this](std::atomic<std::uint64_t>& counter, bool* logged, const std::string& line) {
+    counter.fetch_add(1);
+    if (!*logged && log_) log_(line);
+    *logged = true;
+  };
   try {
     if (!fit_) throw std::runtime_error("no fit-and-search function");
     res = fit_(*snap, ctx);
+  } catch (const TargetReached& e) {
+    return fail(skipped_, &logged_reached_, std::string("cloudtune: ") + e.what());
   } catch (const NotReady& e) {
-    fit_errors_.fetch_add(1);
-    if (!logged_waiting_ && log_) {
-      logged_waiting_ = true;
-      log_(std::string("cloudtune: waiting for data before the first recommendation: ") + e.what());
-    }
-    return;
+    return fail(
+        fit_errors_, &logged_waiting_,
+        std::string("cloudtune: waiting for data before the first recommendation: ") + e.what());
   } catch (const std::exception& e) {
-    fit_errors_.fetch_add(1);
-    if (!logged_error_ && log_) {
-      logged_error_ = true;
-      log_(std::string("cloudtune: refit failed (step ") + std::to_string(snap->step) +
-           "): " + e.what() + " (further refit errors are counted, not logged)");
-    }
-    return;
+    return fail(fit_errors_, &logged_error_,
+                std::string("cloudtune: refit failed (step ") + std::to_string(snap->step) +
+                    "): " + e.what() + " (further refit errors are counted, not logged)");
   } catch (...) {
-    fit_errors_.fetch_add(1);
-    if (!logged_error_ && log_) {
-      logged_error_ = true;
-      log_("cloudtune: refit failed with an unknown error (further errors are not logged)");
-    }
-    return;
+    return fail(fit_errors_, &logged_error_,
+                "cloudtune: refit failed with an unknown error (further errors are not logged)");
   }
   refits_.fetch_add(1);
   std::atomic_store(&latest_,

@@ -51,7 +51,7 @@ struct TunerStats {
   std::uint64_t refits = 0;      // successful fit-and-search runs
   std::uint64_t fit_errors = 0;  // failed ones
   std::uint64_t published = 0;   // changed recommendations (records written)
-  std::uint64_t skipped = 0;     // periodic refits skipped for lack of new data
+  std::uint64_t skipped = 0;     // refits skipped: no new data, or the target is reached
 };
 
 class Tuner {
@@ -108,6 +108,7 @@ class Tuner {
   bool have_published_ = false;
   bool logged_error_ = false;
   bool logged_waiting_ = false;
+  bool logged_reached_ = false;
   std::string last_change_key_;
 };
 

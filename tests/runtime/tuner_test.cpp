@@ -417,14 +417,17 @@ TEST(FitAndSearch, SameNumbersAsRecommendOnTheRecordedProfile) {
   const nlohmann::json cli = cloudtune::search::Recommend(req).ToJson();
   const nlohmann::json& mine = r.recommendation;
   for (const char* k : {"schema", "action", "objective", "current", "proposed", "best_predicted",
-                        "alternatives", "candidates_evaluated"})
+                        "in_process", "alternatives", "candidates_evaluated"})
     EXPECT_EQ(mine[k], cli[k]) << k;
   EXPECT_EQ(mine["reason"], cli["reason"]);
   EXPECT_TRUE(mine["models"]["throughput"].is_object());
   EXPECT_TRUE(mine["models"]["efficiency"].is_object());
   EXPECT_EQ(mine["progress"], 1500);
-  EXPECT_EQ(r.change_key, cli["action"].get<std::string>() + "|" +
-                              cli["proposed"]["description"].get<std::string>());
+  std::string key =
+      cli["action"].get<std::string>() + "|" + cli["proposed"]["description"].get<std::string>();
+  if (cli["in_process"]["description"] != cli["proposed"]["description"])
+    key += "|" + cli["in_process"]["description"].get<std::string>();
+  EXPECT_EQ(r.change_key, key);
   EXPECT_EQ(r.log_line.rfind("cloudtune: " + cli["action"].get<std::string>() + " ", 0), 0u)
       << r.log_line;
   std::printf("%s\n", r.log_line.c_str());
@@ -554,6 +557,31 @@ TEST(FitAndSearch, RunsInTheTunerAndReportsMissingInputsOnce) {
   EXPECT_EQ((*t.Latest())["preempted"], true);
 }
 
+// A job that trains on past its target progress (to the end of its last epoch, say) has nothing
+// left to plan: the tuner says so once, publishes nothing, and counts no error.
+TEST(FitAndSearch, AReachedTargetIsSaidOnceAndIsNoError) {
+  CLOUDTUNE_NEEDS_SHARED_DATA();
+  Recorder rec;
+  TunerOptions to;
+  to.refit_seconds = 0.01;
+  Tuner t(to, MakeFitAndSearch(RealOptions()), rec.Sink(), rec.Log());
+  t.Start();
+  Snapshot done = RealSnapshot();
+  done.progress = 20000;  // RealOptions' target
+  t.Offer(done);
+  ASSERT_TRUE(WaitFor([&] { return t.Stats().skipped >= 2; }, 10));
+  done.step += 100;
+  t.Offer(done);
+  ASSERT_TRUE(WaitFor([&] { return t.Stats().skipped >= 3; }, 10));
+  t.Stop();
+  EXPECT_EQ(t.Stats().fit_errors, 0u);
+  EXPECT_EQ(rec.NumRecords(), 0u);
+  ASSERT_EQ(rec.lines.size(), 1u);
+  EXPECT_NE(rec.lines[0].find("the target progress is reached (20000.0 of 20000.0 B0-steps)"),
+            std::string::npos)
+      << rec.lines[0];
+}
+
 TEST(TunerHttp, ProvidersServeTheTunersLatestState) {
   TunerOptions to;
   to.refit_seconds = 0.01;
@@ -664,6 +692,7 @@ TEST(TunerState, SaveRestoreRoundTripThroughTheStateFile) {
   EXPECT_TRUE(loaded.state->models.contains("throughput"));
   const Snapshot back = RestoreSnapshot(*loaded.state);
   EXPECT_EQ(back.step, s.step);
+  EXPECT_EQ(back.gpus_per_node, s.gpus_per_node);  // the hardware it ran, not its key's average
   EXPECT_EQ(back.profile.size(), s.profile.size());
   ASSERT_EQ(back.noise_history.size(), 2u);
   EXPECT_EQ(back.noise_history[1].grad_var, 4.0);

@@ -59,5 +59,44 @@ TEST(Recommend, ABudgetOnlySpotMeetsWaitsForTheCapacityUnlessTurnedOff) {
   EXPECT_EQ(Recommend(req).reason.find("waiting for spot capacity"), std::string::npos);
 }
 
+// What a running job can take up in process: the proposal when it keeps the hardware; when it
+// needs other hardware (here spot instead of the on-demand machine the job runs on), the best
+// batch on the hardware the job runs, past the hysteresis; and always a batch that fits the memory
+// limits when the current one does not.
+TEST(Recommend, InProcessIsTheBestBatchOnTheHardwareTheJobRuns) {
+  RecommendRequest req = MeasuredOnT4();
+  req.current->local_bsz = 32;  // measured, and far below the noise scale (~2,000 samples)
+  const Config& cur = *req.current;
+  const Recommendation r = Recommend(req);
+  ASSERT_EQ(r.proposed.config.purchase, Purchase::kSpot);  // a relaunch
+  ASSERT_TRUE(r.in_process);
+  EXPECT_TRUE(r.in_process->config.SameHardware(cur));
+  EXPECT_GT(r.in_process->config.global_batch(), cur.global_batch());
+  EXPECT_LT(r.in_process->cost, r.current.cost * (1 - req.options.hysteresis));
+  // It is the cheapest batch on that hardware: on demand only, the proposal is the same.
+  RecommendRequest od = req;
+  od.options.space.allow_spot = false;
+  od.options.exploration_budget_share = 0;
+  const Recommendation o = Recommend(od);
+  ASSERT_TRUE(o.proposed.config.SameHardware(cur)) << o.proposed.config.ToString();
+  ASSERT_TRUE(o.in_process);
+  EXPECT_EQ(o.in_process->config, o.proposed.config);
+  EXPECT_EQ(r.in_process->config, o.proposed.config);
+  // The one rule: only a job on that hardware takes it up.
+  EXPECT_EQ(InProcessBatch(r, cur), r.in_process->config);
+  EXPECT_FALSE(InProcessBatch(r, r.proposed.config));
+  // Within the hysteresis the job keeps its batch...
+  req.options.hysteresis = 0.9;
+  const Recommendation h = Recommend(req);
+  ASSERT_TRUE(h.in_process);
+  EXPECT_EQ(h.in_process->config, cur);
+  // ... unless it is over the memory limit.
+  req.options.space.max_local_bsz = 16;
+  const Recommendation m = Recommend(req);
+  ASSERT_TRUE(m.in_process);
+  EXPECT_TRUE(m.in_process->config.SameHardware(cur));
+  EXPECT_LE(m.in_process->config.local_bsz, 16);
+}
+
 }  // namespace
 }  // namespace cloudtune::search
