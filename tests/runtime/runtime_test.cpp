@@ -221,6 +221,37 @@ TEST(Runtime, LiveFirstRecommendationAndSpending) {
   rt.Stop();
 }
 
+// The in-process batch a live job reads: nothing before the first recommendation; a batch on the
+// hardware it runs once one was decided on its configuration; nothing from a recommendation
+// decided on another configuration (a batch it ran before), so a stale decision is never acted on.
+TEST(Runtime, InProcessBatchOnlyFromARecommendationOnTheRunningConfiguration) {
+  RuntimeSetup rs;
+  rs.options.instance_type = "g4dn.12xlarge";
+  rs.options.refit_seconds = 3600;
+  rs.log = [](const std::string&) {};
+  Runtime rt(rs);
+  core::Snapshot s = Job();
+  std::string why;
+  EXPECT_FALSE(rt.InProcessBatch(s.current, &why));
+  EXPECT_EQ(why, "no recommendation yet");
+  rt.Start();
+  s.step = 100;
+  rt.Observe(s);
+  ASSERT_TRUE(WaitFor([&] { return rt.Latest() != nullptr; }, 30));
+  const auto take = rt.InProcessBatch(s.current, &why);
+  ASSERT_TRUE(take) << why;
+  EXPECT_FALSE(why.empty());
+  EXPECT_EQ(take->type, "g4dn.12xlarge");
+  EXPECT_EQ(take->nodes, s.current.num_nodes);
+  EXPECT_EQ(take->replicas(), s.current.num_replicas);
+  EXPECT_EQ(take->purchase, core::Purchase::kOnDemand);
+  core::ConfigKey other = s.current;
+  other.local_bsz *= 2;
+  EXPECT_FALSE(rt.InProcessBatch(other, &why));
+  EXPECT_EQ(why, "no recommendation for this configuration yet");
+  rt.Stop();
+}
+
 // Spot priced with what the job has met: revocations it saw raise the rate the search uses (a
 // shorter checkpoint interval, a dearer spot run); the live path counts its spot node-hours.
 TEST(SpotExposure, RevocationsTheJobSawMakeSpotDearerAndCheckpointsMoreFrequent) {
