@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <iostream>
 #include <map>
+#include <set>
 #include <sstream>
 
 #include "estimator/core/error.h"
@@ -696,12 +697,29 @@ void Runtime::LookUpHistory() {
         path);
     return;
   }
-  auto prior = std::make_shared<const WarmPrior>(MakeWarmPrior(*job));
+  WarmPrior warm = MakeWarmPrior(*job);
+  // Measurements on an instance type this job's catalog does not know (an earlier run on a
+  // machine that was no catalog type, say) cannot be priced or projected: they are left out, and
+  // the rest of the prior still helps.
+  std::set<std::string> unknown;
+  auto& confs = warm.configurations;
+  confs.erase(std::remove_if(confs.begin(), confs.end(),
+                             [&](const core::Measurement& m) {
+                               const std::string& t = m.key.instance_type;
+                               if (t.empty() || catalog_.Find(t) >= 0) return false;
+                               unknown.insert(t);
+                               return true;
+                             }),
+              confs.end());
+  std::string left_out;
+  for (const auto& t : unknown) left_out += (left_out.empty() ? "" : ", ") + t;
   Log("cloudtune: warm start from job " + std::to_string(job->id) + " (" + job->job_id + ", " +
-      job->recorded_at + "): " + std::to_string(prior->configurations.size()) +
-      " configuration(s) and " + std::to_string(prior->noise_history.size()) +
-      " noise record(s) it measured");
-  std::atomic_store(&warm_, std::move(prior));
+      job->recorded_at + "): " + std::to_string(confs.size()) + " configuration(s) and " +
+      std::to_string(warm.noise_history.size()) + " noise record(s) it measured" +
+      (left_out.empty()
+           ? ""
+           : " (its configurations on " + left_out + ", not in the catalog, are left out)"));
+  std::atomic_store(&warm_, std::make_shared<const WarmPrior>(std::move(warm)));
 }
 
 void Runtime::RecordHistory(const core::Snapshot* last) {

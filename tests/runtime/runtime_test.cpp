@@ -4,12 +4,15 @@
 #include "plugin/runtime/runtime.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <cstdio>
 #include <map>
 #include <mutex>
 #include <thread>
 
 #include "estimator/core/trace.h"
+#include "plugin/runtime/history.h"
 #include "plugin/runtime/tuner.h"
 #include "tests/runtime/test_util.h"
 
@@ -250,6 +253,56 @@ TEST(Runtime, InProcessBatchOnlyFromARecommendationOnTheRunningConfiguration) {
   EXPECT_FALSE(rt.InProcessBatch(other, &why));
   EXPECT_EQ(why, "no recommendation for this configuration yet");
   rt.Stop();
+}
+
+// A warm start from an earlier job of the model that ran on a machine the catalog does not know
+// ("local": a try-out on a workstation) leaves those measurements out, says so, and the job still
+// gets its recommendations (before, every refit failed on the unknown type).
+TEST(Runtime, WarmStartLeavesOutTypesTheCatalogDoesNotKnow) {
+  const std::string db =
+      ::testing::TempDir() + "/runtime_test_warm_" + std::to_string(::getpid()) + ".sqlite";
+  std::remove(db.c_str());
+  const ModelSignature sig = MakeSignature({{8, 4}, {8}});
+  {
+    std::string error;
+    auto h = History::Open(db, {}, &error);
+    ASSERT_TRUE(h) << error;
+    HistoryJob j;
+    j.job_id = "try-out";
+    j.signature = sig.ToString();
+    j.instance_type = "local";
+    core::Measurement m = Job().profile.front();
+    m.key.instance_type = "local";
+    j.configurations = {m};
+    j.last_noise = Job().noise;
+    ASSERT_GT(h->Record(j, &error), 0) << error;
+  }
+  RuntimeSetup rs;
+  rs.options.instance_type = "g4dn.12xlarge";
+  rs.options.refit_seconds = 3600;
+  rs.options.history = db;
+  std::mutex mu;
+  std::vector<std::string> lines;
+  rs.log = [&](const std::string& l) {
+    std::lock_guard<std::mutex> g(mu);
+    lines.push_back(l);
+  };
+  Runtime rt(rs);
+  rt.Start();
+  rt.SetModelSignature(sig);
+  core::Snapshot s = Job();
+  s.step = 100;
+  rt.Observe(s);
+  ASSERT_TRUE(WaitFor([&] { return rt.Latest() != nullptr; }, 20));
+  rt.Stop();
+  std::lock_guard<std::mutex> g(mu);
+  bool said = false;
+  for (const auto& l : lines)
+    said = said || (l.find("warm start from job") != std::string::npos &&
+                    l.find("0 configuration(s)") != std::string::npos &&
+                    l.find("on local, not in the catalog, are left out") != std::string::npos);
+  EXPECT_TRUE(said);
+  std::remove(db.c_str());
 }
 
 // Spot priced with what the job has met: revocations it saw raise the rate the search uses (a
