@@ -296,6 +296,10 @@ void Runtime::RestoreState() {
     return;
   }
   base_ = RestoreSnapshot(*r.state);
+  const std::string left_out = DropUnknownTypes(&base_.profile);
+  if (!left_out.empty())
+    Log("cloudtune: saved state: its configurations on " + left_out +
+        ", not in the catalog, are left out");
   estimator::ThinNoiseHistory(&base_.noise_history, kMaxNoiseHistory);  // across many restarts
   restored_ = true;
   Log("cloudtune: restored state from " + path + ": " + std::to_string(base_.profile.size()) +
@@ -676,6 +680,23 @@ void Runtime::SetModelSignature(const ModelSignature& signature) {
   std::atomic_store(&signature_, std::make_shared<const ModelSignature>(signature));
 }
 
+std::string Runtime::DropUnknownTypes(std::vector<core::Measurement>* rows) const {
+  // Measurements on an instance type this job's catalog does not know (an earlier run on a machine
+  // that was no catalog type, say) can be neither priced nor projected: every refit would fail.
+  std::set<std::string> unknown;
+  rows->erase(std::remove_if(rows->begin(), rows->end(),
+                             [&](const core::Measurement& m) {
+                               const std::string& t = m.key.instance_type;
+                               if (t.empty() || catalog_.Find(t) >= 0) return false;
+                               unknown.insert(t);
+                               return true;
+                             }),
+              rows->end());
+  std::string names;
+  for (const auto& t : unknown) names += (names.empty() ? "" : ", ") + t;
+  return names;
+}
+
 void Runtime::LookUpHistory() {
   const auto sig = std::atomic_load(&signature_);
   if (history_looked_up_ || !sig) return;
@@ -698,21 +719,8 @@ void Runtime::LookUpHistory() {
     return;
   }
   WarmPrior warm = MakeWarmPrior(*job);
-  // Measurements on an instance type this job's catalog does not know (an earlier run on a
-  // machine that was no catalog type, say) cannot be priced or projected: they are left out, and
-  // the rest of the prior still helps.
-  std::set<std::string> unknown;
-  auto& confs = warm.configurations;
-  confs.erase(std::remove_if(confs.begin(), confs.end(),
-                             [&](const core::Measurement& m) {
-                               const std::string& t = m.key.instance_type;
-                               if (t.empty() || catalog_.Find(t) >= 0) return false;
-                               unknown.insert(t);
-                               return true;
-                             }),
-              confs.end());
-  std::string left_out;
-  for (const auto& t : unknown) left_out += (left_out.empty() ? "" : ", ") + t;
+  const std::string left_out = DropUnknownTypes(&warm.configurations);
+  const auto& confs = warm.configurations;
   Log("cloudtune: warm start from job " + std::to_string(job->id) + " (" + job->job_id + ", " +
       job->recorded_at + "): " + std::to_string(confs.size()) + " configuration(s) and " +
       std::to_string(warm.noise_history.size()) + " noise record(s) it measured" +

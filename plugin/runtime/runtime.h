@@ -187,6 +187,8 @@ class Runtime {
   void CountSpending(const core::Snapshot& p, core::Snapshot* s);
   std::string HistoryPath() const;
   void LookUpHistory();  // worker thread, once
+  // Removes the rows on instance types the catalog does not know; returns their names ("" = none).
+  std::string DropUnknownTypes(std::vector<core::Measurement>* rows) const;
   void RecordHistory(const core::Snapshot* last);
 
   RuntimeSetup setup_;

@@ -13,6 +13,7 @@
 
 #include "estimator/core/trace.h"
 #include "plugin/runtime/history.h"
+#include "plugin/runtime/state.h"
 #include "plugin/runtime/tuner.h"
 #include "tests/runtime/test_util.h"
 
@@ -303,6 +304,41 @@ TEST(Runtime, WarmStartLeavesOutTypesTheCatalogDoesNotKnow) {
                     l.find("on local, not in the catalog, are left out") != std::string::npos);
   EXPECT_TRUE(said);
   std::remove(db.c_str());
+}
+
+// The same for a saved state written on such a machine and restored on a catalog type.
+TEST(Runtime, RestoredStateLeavesOutTypesTheCatalogDoesNotKnow) {
+  const std::string path =
+      ::testing::TempDir() + "/runtime_test_state_" + std::to_string(::getpid()) + ".json";
+  core::Snapshot old = Job();
+  for (auto& m : old.profile) m.key.instance_type = "local";
+  std::string error;
+  ASSERT_TRUE(SaveState(path, MakeSavedState(old, nullptr, ""), &error)) << error;
+  RuntimeSetup rs;
+  rs.options.instance_type = "g4dn.12xlarge";
+  rs.options.refit_seconds = 3600;
+  rs.options.state = path;
+  std::mutex mu;
+  std::vector<std::string> lines;
+  rs.log = [&](const std::string& l) {
+    std::lock_guard<std::mutex> g(mu);
+    lines.push_back(l);
+  };
+  Runtime rt(rs);
+  rt.Start();
+  core::Snapshot s = Job();
+  s.step = 100;
+  rt.Observe(s);
+  ASSERT_TRUE(WaitFor([&] { return rt.Latest() != nullptr; }, 20));
+  rt.Stop();
+  std::lock_guard<std::mutex> g(mu);
+  bool said = false;
+  for (const auto& l : lines)
+    said = said || l.find(
+                       "saved state: its configurations on local, not in the catalog, are left "
+                       "out") != std::string::npos;
+  EXPECT_TRUE(said);
+  std::remove(path.c_str());
 }
 
 // Spot priced with what the job has met: revocations it saw raise the rate the search uses (a
