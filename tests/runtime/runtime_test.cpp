@@ -7,7 +7,9 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <thread>
 
@@ -256,6 +258,32 @@ TEST(Runtime, InProcessBatchOnlyFromARecommendationOnTheRunningConfiguration) {
   rt.Stop();
 }
 
+// Runs a live runtime with `rs` (its log replaced) until its first recommendation (false if none
+// comes within 20 s); `started` runs after Start; *lines gets what it logged.
+bool FirstRecommendation(RuntimeSetup rs, const std::function<void(Runtime&)>& started,
+                         std::vector<std::string>* lines) {
+  auto mu = std::make_shared<std::mutex>();
+  rs.log = [mu, lines](const std::string& l) {
+    std::lock_guard<std::mutex> g(*mu);
+    lines->push_back(l);
+  };
+  Runtime rt(rs);
+  rt.Start();
+  if (started) started(rt);
+  core::Snapshot s = Job();
+  s.step = 100;
+  rt.Observe(s);
+  const bool got = WaitFor([&] { return rt.Latest() != nullptr; }, 20);
+  rt.Stop();
+  return got;
+}
+
+bool Said(const std::vector<std::string>& lines, const std::string& what) {
+  for (const auto& l : lines)
+    if (l.find(what) != std::string::npos) return true;
+  return false;
+}
+
 // A warm start from an earlier job of the model that ran on a machine the catalog does not know
 // ("local": a try-out on a workstation) leaves those measurements out, says so, and the job still
 // gets its recommendations (before, every refit failed on the unknown type).
@@ -282,27 +310,12 @@ TEST(Runtime, WarmStartLeavesOutTypesTheCatalogDoesNotKnow) {
   rs.options.instance_type = "g4dn.12xlarge";
   rs.options.refit_seconds = 3600;
   rs.options.history = db;
-  std::mutex mu;
   std::vector<std::string> lines;
-  rs.log = [&](const std::string& l) {
-    std::lock_guard<std::mutex> g(mu);
-    lines.push_back(l);
-  };
-  Runtime rt(rs);
-  rt.Start();
-  rt.SetModelSignature(sig);
-  core::Snapshot s = Job();
-  s.step = 100;
-  rt.Observe(s);
-  ASSERT_TRUE(WaitFor([&] { return rt.Latest() != nullptr; }, 20));
-  rt.Stop();
-  std::lock_guard<std::mutex> g(mu);
-  bool said = false;
-  for (const auto& l : lines)
-    said = said || (l.find("warm start from job") != std::string::npos &&
-                    l.find("0 configuration(s)") != std::string::npos &&
-                    l.find("on local, not in the catalog, are left out") != std::string::npos);
-  EXPECT_TRUE(said);
+  ASSERT_TRUE(FirstRecommendation(
+      rs, [&](Runtime& rt) { rt.SetModelSignature(sig); }, &lines));
+  EXPECT_TRUE(Said(lines,
+                   "): 0 configuration(s) and 0 noise record(s) it measured (its "
+                   "configurations on local, not in the catalog, are left out)"));
   std::remove(db.c_str());
 }
 
@@ -318,26 +331,10 @@ TEST(Runtime, RestoredStateLeavesOutTypesTheCatalogDoesNotKnow) {
   rs.options.instance_type = "g4dn.12xlarge";
   rs.options.refit_seconds = 3600;
   rs.options.state = path;
-  std::mutex mu;
   std::vector<std::string> lines;
-  rs.log = [&](const std::string& l) {
-    std::lock_guard<std::mutex> g(mu);
-    lines.push_back(l);
-  };
-  Runtime rt(rs);
-  rt.Start();
-  core::Snapshot s = Job();
-  s.step = 100;
-  rt.Observe(s);
-  ASSERT_TRUE(WaitFor([&] { return rt.Latest() != nullptr; }, 20));
-  rt.Stop();
-  std::lock_guard<std::mutex> g(mu);
-  bool said = false;
-  for (const auto& l : lines)
-    said = said || l.find(
-                       "saved state: its configurations on local, not in the catalog, are left "
-                       "out") != std::string::npos;
-  EXPECT_TRUE(said);
+  ASSERT_TRUE(FirstRecommendation(rs, nullptr, &lines));
+  EXPECT_TRUE(
+      Said(lines, "saved state: its configurations on local, not in the catalog, are left out"));
   std::remove(path.c_str());
 }
 
