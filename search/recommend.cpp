@@ -283,9 +283,6 @@ Exploration ExploreForTheObjective(const SearchProblem& p, const RecommendOption
 
 }  // namespace
 
-// Recommendation::in_process when the proposal needs a restart: the best batch on the current
-// hardware if it beats the current one beyond the hysteresis (or the current one cannot run: over
-// the space's local batch or accumulation limit), else the current one.
 namespace {
 // Within the generated space's memory limits (local batch, accumulation); explicit candidates
 // (a replay's traced configurations) are what can run, and the limits do not apply to them.
@@ -294,6 +291,9 @@ bool Runnable(const SearchProblem& p, const Evaluation& e) {
                                    e.config.accum_steps <= p.space.max_accum_steps);
 }
 
+// Recommendation::in_process when the proposal needs a restart: the best batch on the current
+// hardware if it beats the current one beyond the hysteresis (or the current one cannot run: over
+// the space's local batch or accumulation limit), else the current one.
 Evaluation BestInProcess(const SearchProblem& p, const RecommendOptions& options,
                          const std::optional<Evaluation>& same, const Evaluation& current) {
   if (!same || same->config == current.config) return current;

@@ -193,7 +193,7 @@ class Simulator {
             !(next.in_process && *next.in_process == next.config && !next.mixed && !next.measure)) {
           const std::optional<Config> take = next.in_process;
           next = keep;
-          if (take && take->SameHardware(cur_)) next.config = *take;
+          if (take) next.config = *take;  // decided on cur_: its hardware
         }
       }
       if (!batch_only) since_decision_s = 0;

@@ -31,12 +31,12 @@ struct StateOptions {
 
 struct SavedState {
   std::string job_id;
-  long long step = 0;                             // optimizer steps done
-  double progress = 0;                            // progress in base-batch steps (>= 0)
-  core::ConfigKey current;                        // configuration that ran last
-  int current_gpus_per_node = 0;  // its GPUs per machine (0 = from `current`: older files)
-  std::vector<core::Measurement> profile;         // measured configurations
-  core::NoiseState noise;                         // smoothed gradient statistics
+  long long step = 0;                      // optimizer steps done
+  double progress = 0;                     // progress in base-batch steps (>= 0)
+  core::ConfigKey current;                 // configuration that ran last
+  int current_gpus_per_node = 0;           // its GPUs per machine (0 = from `current`: older files)
+  std::vector<core::Measurement> profile;  // measured configurations
+  core::NoiseState noise;                  // smoothed gradient statistics
   nlohmann::json gns = nlohmann::json::object();  // GNS estimator internals (owned by hooks/)
   nlohmann::json models =
       nlohmann::json::object();   // fitted models {"throughput":…, "efficiency":…}
