@@ -74,6 +74,8 @@ bool RecommendOptions::IsValid(std::string* error) const {
     return fail("current_progress must be >= 0");
   if (!(hysteresis >= 0) || !(hysteresis < 1)) return fail("hysteresis must be in [0, 1)");
   if (!(measure_s > 0) || !std::isfinite(measure_s)) return fail("measure_s must be > 0");
+  if (!(decide_again_s >= 0) || !std::isfinite(decide_again_s))
+    return fail("decide_again_s must be >= 0");
   if (!(explore_ratio >= 0) || !std::isfinite(explore_ratio))
     return fail("explore_ratio must be >= 0");
   if (explore_candidates < 1) return fail("explore_candidates must be >= 1");
@@ -305,6 +307,73 @@ Evaluation BestInProcess(const SearchProblem& p, const RecommendOptions& options
       same->feasible ? same->Objective(p.objective.goal) : Excess(p.objective, *same);
   return cur - alt > options.hysteresis * cur ? *same : current;
 }
+
+// RecommendOptions::decide_again_s: the configuration the job can fall back on when the current one
+// overruns the budget only on its own estimate, or nullopt when it must leave now.
+std::optional<Evaluation> BudgetFallback(const SearchProblem& p, const RecommendOptions& options,
+                                         const SearchResult& sr, const Evaluation& current) {
+  const ObjectiveOptions& o = p.objective;
+  if (!(o.budget_usd > 0) || !(options.decide_again_s > 0) ||
+      o.DeadlineMiss(current.hours, current.log_sigma) > 1 ||
+      o.BudgetMiss(current.hours, current.cost, current.log_sigma) > 1 + options.hysteresis)
+    return std::nullopt;
+  const Evaluation* fallback = nullptr;
+  for (const Evaluation& e : sr.top)
+    if (e.feasible && !(e.config == current.config) && (!fallback || e.cost < fallback->cost))
+      fallback = &e;
+  if (!fallback) return std::nullopt;
+  const double window_h = options.decide_again_s / 3600;
+  const double hours = fallback->hours + window_h;
+  const double cost = fallback->cost + current.price_per_hour * window_h;
+  if (o.Miss(hours, cost, fallback->log_sigma) > 1) return std::nullopt;
+  return *fallback;
+}
+// Is measuring an uncertain configuration worth it? When it is, the recommendation measures it:
+// `r`'s action and figures, `chosen` and the reason (`why`, the exploitation's reason after it).
+void Explore(const SearchProblem& p, const RecommendOptions& options, const SearchResult& sr,
+             double best_v, const std::function<bool(const Config&)>& measured, Recommendation* r,
+             Evaluation* chosen, std::ostringstream* why) {
+  const Goal goal = p.objective.goal;
+  if (chosen->feasible) {
+    const double total = options.spent + std::min(chosen->Objective(goal), best_v);
+    std::vector<Evaluation> pool = sr.top;
+    pool.insert(pool.end(), sr.promising.begin(), sr.promising.end());
+    const Exploration x = ExploreForTheObjective(p, options, pool, *chosen, measured, total);
+    if (x.pick) {
+      r->action = Recommendation::Action::kMeasure;
+      r->expected_improvement = x.gain;
+      r->measurement_cost = x.cost;
+      std::ostringstream m;
+      m << "explore: measuring " << x.pick->config.ToString() << " (predicted "
+        << Value(goal, x.pick->Objective(goal)) << ", step time ±" << std::fixed
+        << std::setprecision(0) << 100 * x.sigma << "%) has expected improvement "
+        << Value(goal, x.gain) << " > measurement cost " << Value(goal, x.cost)
+        << "; otherwise: " << why->str();
+      why->str(m.str());
+      *chosen = *x.pick;
+    }
+  } else if (r->has_current) {
+    const double total = options.spent + std::min(chosen->Objective(goal), best_v);
+    const Exploration x = ExploreTowardTheConstraints(
+        p, options, sr.top, *chosen, measured,
+        options.exploration_budget_share * total - options.exploration_spent);
+    if (x.pick) {
+      r->action = Recommendation::Action::kMeasure;
+      // In objective units at the measurement's own cost per unit of excess.
+      r->expected_improvement = x.gain * x.cost / std::max(x.cost_x, 1e-12);
+      r->measurement_cost = x.cost;
+      std::ostringstream m;
+      m << "explore: measuring " << x.pick->config.ToString() << " (step time ±" << std::fixed
+        << std::setprecision(0) << 100 * x.sigma << "%) lowers the expected excess by "
+        << std::setprecision(1) << 100 * x.gain << "% of the limit, more than "
+        << options.explore_ratio << "x what the measurement adds (" << std::setprecision(2)
+        << 100 * x.cost_x << "%); otherwise: " << why->str();
+      why->str(m.str());
+      *chosen = *x.pick;
+    }
+  }
+}
+
 }  // namespace
 
 Recommendation Decide(const SearchProblem& problem, const RecommendOptions& options,
@@ -374,6 +443,14 @@ Recommendation Decide(const SearchProblem& problem, const RecommendOptions& opti
     chosen = r.current;
     why << GoalName(goal) << ": the current configuration is the best predicted ("
         << Value(goal, best_v) << ")" << constraint_note();
+  } else if (const auto fallback =
+                 r.current.feasible ? std::nullopt : BudgetFallback(p, options, sr, r.current)) {
+    r.action = Recommendation::Action::kKeep;
+    chosen = r.current;
+    why << "budget: the current configuration's own estimate overruns it, but after " << std::fixed
+        << std::setprecision(0) << options.decide_again_s << " s more, until the next decision, "
+        << fallback->config.ToString() << " still meets it (" << Value(Goal::kCost, fallback->cost)
+        << " from now); kept";
   } else if (!r.current.feasible) {
     r.action = Recommendation::Action::kSwitch;
     why << "constraint: the current configuration misses the "
@@ -402,45 +479,7 @@ Recommendation Decide(const SearchProblem& problem, const RecommendOptions& opti
         << "): its batch is beyond what the job has observed, so the batch grows there as the job "
            "measures it, and no batch within that bound meets the "
         << (problem.objective.deadline_h > 0 ? "deadline" : "budget") << " on its own";
-  // Exploration: is measuring an uncertain configuration worth it?
-  if (chosen.feasible) {
-    const double total = options.spent + std::min(chosen.Objective(goal), best_v);
-    std::vector<Evaluation> pool = sr.top;
-    pool.insert(pool.end(), sr.promising.begin(), sr.promising.end());
-    const Exploration x = ExploreForTheObjective(p, options, pool, chosen, measured, total);
-    if (x.pick) {
-      r.action = Recommendation::Action::kMeasure;
-      r.expected_improvement = x.gain;
-      r.measurement_cost = x.cost;
-      std::ostringstream m;
-      m << "explore: measuring " << x.pick->config.ToString() << " (predicted "
-        << Value(goal, x.pick->Objective(goal)) << ", step time ±" << std::fixed
-        << std::setprecision(0) << 100 * x.sigma << "%) has expected improvement "
-        << Value(goal, x.gain) << " > measurement cost " << Value(goal, x.cost)
-        << "; otherwise: " << why.str();
-      why.str(m.str());
-      chosen = *x.pick;
-    }
-  } else if (r.has_current) {
-    const double total = options.spent + std::min(chosen.Objective(goal), best_v);
-    const Exploration x = ExploreTowardTheConstraints(
-        p, options, sr.top, chosen, measured,
-        options.exploration_budget_share * total - options.exploration_spent);
-    if (x.pick) {
-      r.action = Recommendation::Action::kMeasure;
-      // In objective units at the measurement's own cost per unit of excess.
-      r.expected_improvement = x.gain * x.cost / std::max(x.cost_x, 1e-12);
-      r.measurement_cost = x.cost;
-      std::ostringstream m;
-      m << "explore: measuring " << x.pick->config.ToString() << " (step time ±" << std::fixed
-        << std::setprecision(0) << 100 * x.sigma << "%) lowers the expected excess by "
-        << std::setprecision(1) << 100 * x.gain << "% of the limit, more than "
-        << options.explore_ratio << "x what the measurement adds (" << std::setprecision(2)
-        << 100 * x.cost_x << "%); otherwise: " << why.str();
-      why.str(m.str());
-      chosen = *x.pick;
-    }
-  }
+  Explore(p, options, sr, best_v, measured, &r, &chosen, &why);
   r.proposed = chosen;
   r.reason = why.str();
   if (r.has_current)

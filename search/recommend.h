@@ -35,6 +35,14 @@ struct RecommendOptions {
   // Switch only when the objective improves by more than this fraction (and the switch pays).
   double hysteresis = 0.03;
   double measure_s = 300;  // seconds one exploratory measurement runs
+  // Seconds until the job decides again (0 = unknown: a one-off recommendation). A current
+  // configuration that meets the deadline and whose own estimate overruns the budget by no more
+  // than the hysteresis is kept while running it that much longer and then moving to a
+  // configuration that meets both (the cheapest the search found) still meets them, margins
+  // included: its overrun is still corrected by a later switch. A time-goal plan sits at the
+  // budget's edge, and without this a job leaves its configuration whenever an estimate moves it a
+  // cent over and takes it up again at the next.
+  double decide_again_s = 0;
   // Measure when the expected improvement exceeds explore_ratio × the measurement's cost.
   double explore_ratio = 3.0;
   // Exploration budget: measure only while the cost of all measurements so far plus this one

@@ -18,6 +18,7 @@ runtime::RuntimeSetup CloudtuneSetup(const Scenario& s) {
     fo->instance_type.clear();  // the snapshot's current configuration says
     fo->recommend.cost = s.cost;
     fo->recommend.measure_s = s.measure_s;
+    fo->recommend.decide_again_s = s.decision_interval_s;
     fo->candidates = s.candidates;
   };
   return rs;

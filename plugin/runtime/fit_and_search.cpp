@@ -163,6 +163,7 @@ FitAndSearchOptions SearchOptionsFrom(const Options& options, const search::Cata
   fo.recommend.objective.goal = goal;
   fo.recommend.objective.deadline_h = options.deadline_hours;
   fo.recommend.objective.budget_usd = options.budget_usd;
+  fo.recommend.decide_again_s = options.refit_seconds;
   fo.target.progress = options.target_progress;
   fo.target.steps = options.target_steps;
   fo.target.samples = options.target_samples;

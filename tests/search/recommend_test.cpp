@@ -98,5 +98,49 @@ TEST(Recommend, InProcessIsTheBestBatchOnTheHardwareTheJobRuns) {
   EXPECT_LE(m.in_process->config.local_bsz, 16);
 }
 
+// Fastest within a budget: a current configuration whose own estimate overruns what is left of the
+// budget by less than the hysteresis is kept while the job can still run it until its next decision
+// and then finish within the budget on a cheaper configuration; beyond the hysteresis, or when that
+// last decision's worth of spending would leave the cheaper one over the budget, it is left now.
+TEST(Recommend, TheCurrentConfigurationIsKeptAtTheBudgetsEdgeWhileACheaperOneStillFits) {
+  RecommendRequest req = MeasuredOnT4();
+  req.current->nodes = 4;  // measured; its all-reduce makes it dearer than one node
+  req.current->purchase = Purchase::kSpot;
+  req.options.objective.goal = Goal::kTime;
+  req.options.space.allow_on_demand = false;
+  req.options.exploration_budget_share = 0;
+  const double cost = Recommend(req).current.cost;  // its own estimate to the target
+  auto decide = [&](double over, double decide_again_s) {
+    RecommendRequest r = req;
+    r.options.objective.budget_usd = cost / over;
+    r.options.decide_again_s = decide_again_s;
+    return Recommend(r);
+  };
+  const Recommendation once = decide(1.01, 0);  // a one-off recommendation: no next decision
+  ASSERT_FALSE(once.current.feasible);
+  ASSERT_TRUE(once.best.feasible);
+  EXPECT_LT(once.best.cost, 0.9 * cost) << once.best.config.ToString();
+  EXPECT_EQ(once.action, Recommendation::Action::kSwitch) << once.reason;
+  EXPECT_EQ(once.reason.rfind("constraint: the current configuration misses the budget", 0), 0u);
+  const Recommendation kept = decide(1.01, 1800);
+  EXPECT_EQ(kept.action, Recommendation::Action::kKeep) << kept.reason;
+  EXPECT_EQ(kept.proposed.config, *req.current);
+  EXPECT_EQ(kept.reason.rfind("budget: the current configuration's own estimate overruns it", 0),
+            0u)
+      << kept.reason;
+  EXPECT_NE(kept.reason.find("after 1800 s more"), std::string::npos) << kept.reason;
+  // Over by more than the hysteresis (3 %): left now.
+  EXPECT_EQ(decide(1.05, 1800).action, Recommendation::Action::kSwitch);
+  // The next decision so far off that running on until then would spend the budget: left now.
+  const double budget_h = cost / 1.01 / once.current.price_per_hour;
+  EXPECT_EQ(decide(1.01, budget_h * 3600).action, Recommendation::Action::kSwitch);
+  // Options: the interval is validated.
+  RecommendOptions bad;
+  bad.decide_again_s = -1;
+  std::string error;
+  EXPECT_FALSE(bad.IsValid(&error));
+  EXPECT_NE(error.find("decide_again_s"), std::string::npos) << error;
+}
+
 }  // namespace
 }  // namespace cloudtune::search
