@@ -446,6 +446,15 @@ TEST(FitAndSearch, OneBatchHistoryIsObservedAtThatBatch) {
   EXPECT_EQ(r.recommendation["models"]["efficiency"]["max_observed_batch"], 1024.0);
 }
 
+// The search learns when the job decides again from the refit cadence (a configuration at the
+// budget's edge is kept while a cheaper one still fits after that long; see RecommendOptions).
+TEST(FitAndSearch, TheSearchDecidesAgainAtTheRefitCadence) {
+  Options opt;
+  EXPECT_DOUBLE_EQ(SearchOptionsFrom(opt, nullptr).recommend.decide_again_s, opt.refit_seconds);
+  opt.refit_seconds = 120;
+  EXPECT_DOUBLE_EQ(SearchOptionsFrom(opt, nullptr).recommend.decide_again_s, 120);
+}
+
 // A spot cluster whose capacity is gone: under the cost goal without a deadline it waits the
 // shortage out (stays on spot); with a deadline, or CLOUDTUNE_WAIT_FOR_SPOT=0, staying means on
 // demand.
