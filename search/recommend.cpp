@@ -328,6 +328,7 @@ std::optional<Evaluation> BudgetFallback(const SearchProblem& p, const Recommend
   if (o.Miss(hours, cost, fallback->log_sigma) > 1) return std::nullopt;
   return *fallback;
 }
+
 // Is measuring an uncertain configuration worth it? When it is, the recommendation measures it:
 // `r`'s action and figures, `chosen` and the reason (`why`, the exploitation's reason after it).
 void Explore(const SearchProblem& p, const RecommendOptions& options, const SearchResult& sr,
