@@ -148,6 +148,7 @@ runtime::RuntimeSetup SetupFrom(const RecArgs& a,
     fo->recommend.space.max_nodes = a.max_nodes;
     fo->recommend.space.min_local_bsz = a.min_local_bsz;
     fo->recommend.space.max_accum_steps = a.max_accum;
+    fo->recommend.decide_again_s = 0;  // one decision: no later one corrects a kept overrun
     fo->efficiency_model = model;
   };
   return rs;
