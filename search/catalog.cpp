@@ -169,7 +169,8 @@ std::map<std::string, GpuSpec> ParseGpuSpecs(std::istream& in, const std::string
 
 std::vector<InstanceType> ParseInstances(std::istream& in, const std::string& name,
                                          const std::map<std::string, GpuSpec>& gpus,
-                                         const CatalogOptions& options) {
+                                         const CatalogOptions& options,
+                                         std::map<std::string, GpuSpec>* added) {
   std::string err;
   if (!options.IsValid(&err)) throw InputError("catalog options: " + err);
   Table t = ReadTable(in, name);
@@ -178,6 +179,7 @@ std::vector<InstanceType> ParseInstances(std::istream& in, const std::string& na
     if (!t.cols.count(c)) throw InputError(name + ": missing column '" + std::string(c) + "'");
   std::vector<InstanceType> out;
   std::set<std::string> seen;
+  std::map<std::string, GpuSpec> defined;  // GPUs the rows give figures for
   for (const auto& [line, cells] : t.rows) {
     Row r{t, line, cells, ""};
     InstanceType it;
@@ -188,15 +190,28 @@ std::vector<InstanceType> ParseInstances(std::istream& in, const std::string& na
     it.cloud = r.Required("cloud");
     it.region = r.Required("region");
     it.gpu_model = r.Required("gpu_model");
-    if (!gpus.count(it.gpu_model))
-      throw InputError(r.Where("gpu_model") + "unknown GPU '" + it.gpu_model + "'");
+    if (!gpus.count(it.gpu_model) && !defined.count(it.gpu_model)) {
+      GpuSpec g;
+      g.model = it.gpu_model;
+      g.fp32_tflops = r.Number("gpu_fp32_tflops", 0);
+      g.memory_bandwidth_gbs = r.Number("gpu_memory_bandwidth_gbs", 0);
+      g.memory_gib = r.Number("gpu_memory_gib", 0);
+      g.train_tflops = g.fp32_tflops;
+      if (!(g.fp32_tflops > 0) && !(g.memory_bandwidth_gbs > 0))
+        throw InputError(r.Where("gpu_model") + "unknown GPU '" + it.gpu_model +
+                         "' (not in the GPU specs: give its figures, gpu_fp32_tflops and/or "
+                         "gpu_memory_bandwidth_gbs)");
+      defined[g.model] = g;
+    }
+    const GpuSpec& gpu =
+        gpus.count(it.gpu_model) ? gpus.at(it.gpu_model) : defined.at(it.gpu_model);
     // Counts are bounded before the conversion to int (a huge value would not fit).
     double g = r.Number("gpus", 0, true);
     if (g < 1 || g != std::floor(g) || g > 1e6)
       throw InputError(r.Where("gpus") + "must be a positive integer (at most 1000000), got " +
                        r.Get("gpus"));
     it.gpus = static_cast<int>(g);
-    it.gpu_memory_gib = r.Number("gpu_memory_gib", gpus.at(it.gpu_model).memory_gib);
+    it.gpu_memory_gib = r.Number("gpu_memory_gib", gpu.memory_gib);
     const double vcpus = r.Number("vcpus", 0);
     if (vcpus > 1e6) throw InputError(r.Where("vcpus") + "more than 1000000: " + r.Get("vcpus"));
     it.vcpus = static_cast<int>(vcpus);
@@ -225,6 +240,7 @@ std::vector<InstanceType> ParseInstances(std::istream& in, const std::string& na
     }
     out.push_back(std::move(it));
   }
+  if (added) added->insert(defined.begin(), defined.end());
   return out;
 }
 
@@ -251,8 +267,8 @@ Catalog LoadCatalog(const std::string& path, const Catalog& base, bool extend,
                     const CatalogOptions& options) {
   std::ifstream f(path);
   if (!f) throw InputError(path + ": cannot open");
-  auto rows = ParseInstances(f, path, base.gpus, options);
   Catalog c = base;
+  auto rows = ParseInstances(f, path, base.gpus, options, &c.gpus);
   if (!extend) c.types.clear();
   for (auto& t : rows) {
     int i = c.Find(t.name);

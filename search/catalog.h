@@ -81,12 +81,18 @@ double BandMidpoint(const std::string& band, const CatalogOptions& options,
 // Parses GPU specs. Throws cloudtune::InputError "NAME:LINE: MODEL: FIELD: what".
 std::map<std::string, GpuSpec> ParseGpuSpecs(std::istream& in, const std::string& name);
 
-// Parses instance rows against known GPU specs. Throws cloudtune::InputError
-// "NAME:LINE: TYPE: FIELD: what" on a missing column/value, a non-number, a negative price or
-// rate, a duplicate type, or an unknown GPU model.
+// Parses instance rows against known GPU specs. A row may name a GPU that `gpus` does not know
+// (an on-premises or newer GPU) when it gives the GPU's figures in the optional columns
+// `gpu_fp32_tflops` (dense FP32 TFLOPS of one GPU) and/or `gpu_memory_bandwidth_gbs` (GB/s), with
+// `gpu_memory_gib`; later rows may name it too, and the new specs are added to `*added` (when not
+// null) for the throughput model's priors (HardwareOf). For a GPU `gpus` knows these columns are
+// not read. Throws cloudtune::InputError "NAME:LINE: TYPE: FIELD: what" on a missing
+// column/value, a non-number, a negative price, rate or figure, a duplicate type, or a GPU model
+// neither known nor given figures.
 std::vector<InstanceType> ParseInstances(std::istream& in, const std::string& name,
                                          const std::map<std::string, GpuSpec>& gpus,
-                                         const CatalogOptions& options = {});
+                                         const CatalogOptions& options = {},
+                                         std::map<std::string, GpuSpec>* added = nullptr);
 
 // The embedded default catalog.
 // The catalog type for a job on `gpus_per_node` GPUs named `device_name` (the CUDA device name,

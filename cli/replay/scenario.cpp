@@ -200,7 +200,7 @@ Scenario ParseScenarioFields(const nlohmann::json& j, const std::string& name,
   if (j.contains("catalog_extra")) {  // instance types added to (or replacing) the catalog's
     ForEachCsvRow(j["catalog_extra"], name + ": catalog_extra",
                   [&](std::istream& in, const std::string& w) {
-                    for (auto& t : ParseInstances(in, w, s.catalog.gpus)) {
+                    for (auto& t : ParseInstances(in, w, s.catalog.gpus, {}, &s.catalog.gpus)) {
                       const int i = s.catalog.Find(t.name);
                       if (i >= 0)
                         s.catalog.types[i] = t;

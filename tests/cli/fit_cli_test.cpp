@@ -124,6 +124,14 @@ TEST(FitCli, InstanceTypesRoundTrip) {
             "cloudtune: error: instance type 'mystery-gpu' was not measured and has no catalog "
             "entry (GPU TFLOPS, memory bandwidth or network bandwidth): its throughput cannot be "
             "projected\n");
+  // A catalog of one's own names it, on a GPU the built-in specs lack, given by its figures.
+  const std::string own = Write("types_catalog.csv",
+                                "cloud,region,instance_type,gpu_model,gpus,ondemand_usd_per_hour,"
+                                "gpu_fp32_tflops\nonprem,lab,mystery-gpu,Mystery1,1,1,40\n");
+  Result c = RunCli("predict " + model + " " + other + " --catalog +" + own);
+  ASSERT_EQ(c.status, 0) << c.err;
+  ASSERT_EQ(Lines(c.out).size(), 2u);
+  EXPECT_NE(Lines(c.out)[1].find("mystery-gpu"), std::string::npos);
   // A catalog type that was not measured is projected (A100: in the embedded catalog).
   const std::string a100 = Write("types_a100.csv",
                                  "num_nodes,num_replicas,local_bsz,step_time,sync_time,"

@@ -532,13 +532,14 @@ TEST(Replay, MultiTypeScenario) {
   EXPECT_DOUBLE_EQ(rtx.ondemand_per_hour, p3.ondemand_per_hour);
   EXPECT_DOUBLE_EQ(rtx.spot_per_hour, p3.spot_per_hour);
   EXPECT_EQ(rtx.gpu_model, "RTX2080Ti");
-  // GPU models the catalog does not know must be declared.
+  // GPU models the catalog does not know must be declared (in gpu_extra, or by their figures).
   std::ifstream f(kScenarios + "/pollux-imagenet-multitype.json");
   nlohmann::json j;
   f >> j;
   j.erase("gpu_extra");
   EXPECT_EQ(ErrorOf(j),
-            "s.json: catalog_extra[0]:2: rtx2080ti.8x: gpu_model: unknown GPU 'RTX2080Ti'");
+            "s.json: catalog_extra[0]:2: rtx2080ti.8x: gpu_model: unknown GPU 'RTX2080Ti' (not in "
+            "the GPU specs: give its figures, gpu_fp32_tflops and/or gpu_memory_bandwidth_gbs)");
   j["gpu_extra"] = "RTX2080Ti";
   EXPECT_EQ(ErrorOf(j), "s.json: gpu_extra: not an array");
 }

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fstream>
 #include <sstream>
 
 #include "estimator/core/error.h"
@@ -74,7 +75,11 @@ TEST(Catalog, BadInputMessages) {
   EXPECT_EQ(ErrorOf(std::string(kHeader) + "aws,r,a,T4,1,1,0.5\naws,r,a,T4,1,1,0.5\n"),
             "c.csv:3: a: instance_type: duplicate instance type");
   EXPECT_EQ(ErrorOf(std::string(kHeader) + "aws,r,a,Z9,1,1,0.5\n"),
-            "c.csv:2: a: gpu_model: unknown GPU 'Z9'");
+            "c.csv:2: a: gpu_model: unknown GPU 'Z9' (not in the GPU specs: give its figures, "
+            "gpu_fp32_tflops and/or gpu_memory_bandwidth_gbs)");
+  EXPECT_EQ(ErrorOf("cloud,region,instance_type,gpu_model,gpus,ondemand_usd_per_hour,"
+                    "gpu_fp32_tflops\naws,r,a,Z9,1,1,-13\n"),
+            "c.csv:2: a: gpu_fp32_tflops: negative value -13");
   EXPECT_EQ(ErrorOf(std::string(kHeader) + "aws,r,a,T4,1,1,abc\n"),
             "c.csv:2: a: spot_usd_per_hour: 'abc' is not a number");
   EXPECT_EQ(ErrorOf("cloud,region,instance_type,gpu_model,gpus\naws,r,a,T4,1\n"),
@@ -83,6 +88,32 @@ TEST(Catalog, BadInputMessages) {
                                 "interruption_band\naws,r,a,T4,1,1,30%\n")),
             "c.csv:2: a: interruption_band: unknown interruption band '30%' (expected <5%, "
             "5-10%, 10-15%, 15-20% or >20%)");
+}
+
+// A catalog of one's own may name a GPU the specs do not know by giving its figures; the type then
+// has hardware figures for the throughput model's priors, and later rows may name the GPU alone.
+TEST(Catalog, ARowGivesTheFiguresOfAGpuTheSpecsDoNotKnow) {
+  const std::string path = ::testing::TempDir() + "/onprem_catalog.csv";
+  {
+    std::ofstream f(path);
+    f << "cloud,region,instance_type,gpu_model,gpus,ondemand_usd_per_hour,network_gbps,"
+         "gpu_fp32_tflops,gpu_memory_bandwidth_gbs,gpu_memory_gib\n"
+         "onprem,lab,rtx.8x,RTX2080Ti,8,20,100,13.4,616,11\n"
+         "onprem,lab,rtx.4x,RTX2080Ti,4,10,,,,\n"
+         "onprem,lab,t4.4x,T4,4,4,,99,,\n";  // a known GPU's figures are the specs'
+  }
+  const Catalog c = LoadCatalog(path, DefaultCatalog(), true);
+  const estimator::Hardware big = HardwareOf(c, "rtx.8x");
+  EXPECT_DOUBLE_EQ(big.gpu_tflops, 13.4);
+  EXPECT_DOUBLE_EQ(big.memory_bandwidth_gbs, 616);
+  EXPECT_DOUBLE_EQ(big.network_gbps, 100);
+  const estimator::Hardware small = HardwareOf(c, "rtx.4x");
+  EXPECT_DOUBLE_EQ(small.gpu_tflops, 13.4);
+  EXPECT_DOUBLE_EQ(small.network_gbps, 0);  // not given: the catalog's default, not a figure
+  EXPECT_DOUBLE_EQ(c.types[c.Find("rtx.4x")].gpu_memory_gib, 11);
+  EXPECT_DOUBLE_EQ(HardwareOf(c, "t4.4x").gpu_tflops, 8.1);
+  EXPECT_DOUBLE_EQ(HardwareOf(c, "RTX2080Ti").gpu_tflops, 13.4);  // by the GPU's name too
+  EXPECT_FALSE(DefaultCatalog().Gpu("RTX2080Ti"));                // the base is unchanged
 }
 
 }  // namespace
