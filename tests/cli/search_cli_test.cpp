@@ -204,7 +204,9 @@ TEST(RecommendCli, BadInputs) {
        "cloudtune: error: " + bad_catalog +
            ":3: y.big: ondemand_usd_per_hour: negative value -3\n"},
       {ok + " --catalog " + unknown_gpu,
-       "cloudtune: error: " + unknown_gpu + ":2: z.big: gpu_model: unknown GPU 'Z9'\n"},
+       "cloudtune: error: " + unknown_gpu +
+           ":2: z.big: gpu_model: unknown GPU 'Z9' (not in the GPU specs: give its figures, "
+           "gpu_fp32_tflops and/or gpu_memory_bandwidth_gbs)\n"},
       {ok + " --current nope.large:1:4:32",
        "cloudtune: error: current configuration: instance type 'nope.large' is not in the "
        "catalog\n"},
