@@ -123,7 +123,8 @@ void RegisterFitCommands(CLI::App& app) {
       ->required();
   fit->add_option("--catalog", fa->catalog,
                   "Catalog CSV for the hardware of the rows' instance types (prefix '+' to extend "
-                  "the embedded one); default $CLOUDTUNE_CATALOG");
+                  "the embedded one; a row may give a GPU's figures: gpu_fp32_tflops, "
+                  "gpu_memory_bandwidth_gbs); default $CLOUDTUNE_CATALOG");
   fit->add_option("--obs-sigma", fa->options.fit.obs_sigma,
                   "Assumed std. dev. of log(time) of one measurement")
       ->capture_default_str();
@@ -169,7 +170,8 @@ void RegisterFitCommands(CLI::App& app) {
       ->required();
   predict->add_option("--catalog", pa->catalog,
                       "Catalog CSV for the hardware of instance types the model did not measure "
-                      "(prefix '+' to extend the embedded one); default $CLOUDTUNE_CATALOG");
+                      "(prefix '+' to extend the embedded one; a row may give a GPU's figures: "
+                      "gpu_fp32_tflops, gpu_memory_bandwidth_gbs); default $CLOUDTUNE_CATALOG");
   predict->callback([pa] { RunPredict(*pa); });
 }
 

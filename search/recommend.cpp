@@ -283,9 +283,6 @@ Exploration ExploreForTheObjective(const SearchProblem& p, const RecommendOption
   return best;
 }
 
-}  // namespace
-
-namespace {
 // Within the generated space's memory limits (local batch, accumulation); explicit candidates
 // (a replay's traced configurations) are what can run, and the limits do not apply to them.
 bool Runnable(const SearchProblem& p, const Evaluation& e) {

@@ -71,7 +71,9 @@ struct Options {
   // waiting meets it or overruns it less. false = move to what can be had now. A deadline always
   // turns it off.
   bool wait_for_spot = true;
-  // Seconds between background refits of the models and searches (tuner, later issues).
+  // Seconds between background refits of the models and searches (the tuner). Also the search's
+  // time to the next decision (search::RecommendOptions::decide_again_s): a configuration at the
+  // budget's edge is kept while a cheaper one still fits after that long.
   double refit_seconds = 30;
   // What the tuner optimises: "cost" (cheapest to finish) or "time" (fastest to finish).
   std::string objective = "cost";

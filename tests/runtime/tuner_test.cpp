@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <fstream>
+#include <memory>
 #include <mutex>
 
 #include "plugin/runtime/http_server.h"
@@ -544,13 +545,20 @@ TEST(FitAndSearch, AStragglerIsPricedIntoTheRecommendation) {
   EXPECT_NEAR(cur, h["current"]["cost_usd"].get<double>(), 0.05 * cur);
 }
 
+// A started tuner that refits every 10 ms with the real fit-and-search, recording into `rec`.
+static std::unique_ptr<Tuner> StartedRealTuner(Recorder* rec) {
+  TunerOptions to;
+  to.refit_seconds = 0.01;
+  auto t = std::make_unique<Tuner>(to, MakeFitAndSearch(RealOptions()), rec->Sink(), rec->Log());
+  t->Start();
+  return t;
+}
+
 TEST(FitAndSearch, RunsInTheTunerAndReportsMissingInputsOnce) {
   CLOUDTUNE_NEEDS_SHARED_DATA();
   Recorder rec;
-  TunerOptions to;
-  to.refit_seconds = 0.01;
-  Tuner t(to, MakeFitAndSearch(RealOptions()), rec.Sink(), rec.Log());
-  t.Start();
+  const auto tuner = StartedRealTuner(&rec);
+  Tuner& t = *tuner;
   Snapshot early = RealSnapshot();
   early.noise = {};  // no gradient noise measured yet
   t.Offer(early);
@@ -571,10 +579,8 @@ TEST(FitAndSearch, RunsInTheTunerAndReportsMissingInputsOnce) {
 TEST(FitAndSearch, AReachedTargetIsSaidOnceAndIsNoError) {
   CLOUDTUNE_NEEDS_SHARED_DATA();
   Recorder rec;
-  TunerOptions to;
-  to.refit_seconds = 0.01;
-  Tuner t(to, MakeFitAndSearch(RealOptions()), rec.Sink(), rec.Log());
-  t.Start();
+  const auto tuner = StartedRealTuner(&rec);
+  Tuner& t = *tuner;
   Snapshot done = RealSnapshot();
   done.progress = 20000;  // RealOptions' target
   t.Offer(done);
