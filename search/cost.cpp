@@ -21,6 +21,8 @@ bool CostOptions::IsValid(std::string* error) const {
     bad = "switch_s must be >= 0";
   else if (!ok(batch_switch_s))
     bad = "batch_switch_s must be >= 0";
+  else if (!ok(notice_s))
+    bad = "notice_s must be >= 0";
   else if (!(revocation_prior_node_hours > 0) || !std::isfinite(revocation_prior_node_hours))
     bad = "revocation_prior_node_hours must be > 0";
   if (bad && error) *error = bad;
@@ -83,7 +85,8 @@ double YoungDalyInterval(double checkpoint_s, double rate_per_hour) {
 }
 
 RunEstimate EstimateRun(double work_hours, double price_per_hour, double rate_per_hour,
-                        double checkpoint_s, double restart_s, double max_interval_s) {
+                        double checkpoint_s, double restart_s, double max_interval_s,
+                        bool saved_on_notice) {
   RunEstimate r;
   r.checkpoint_interval_s = YoungDalyInterval(checkpoint_s, rate_per_hour);
   if (max_interval_s > 0)
@@ -91,7 +94,8 @@ RunEstimate EstimateRun(double work_hours, double price_per_hour, double rate_pe
   double overhead = 0;
   if (rate_per_hour > 0) {
     const double tau_h = r.checkpoint_interval_s / 3600.0;
-    overhead = (checkpoint_s / 3600.0) / tau_h + rate_per_hour * (restart_s / 3600.0 + tau_h / 2);
+    const double lost_h = saved_on_notice ? checkpoint_s / 3600.0 : tau_h / 2;
+    overhead = (checkpoint_s / 3600.0) / tau_h + rate_per_hour * (restart_s / 3600.0 + lost_h);
   }
   r.overhead = overhead;
   r.hours = work_hours * (1 + overhead);

@@ -22,6 +22,13 @@ struct CostOptions {
   double anchor_checkpoint_s = 5;  // checkpoint held by the on-demand anchor (seconds)
   double switch_s = 180;           // changing instance type/count/purchase: provision + restart
   double batch_switch_s = 0;       // changing only the batch (applied in-process)
+  // Seconds between the job seeing a revocation notice and its spot node going away: the cloud's
+  // warning (AWS two minutes, GCP and Azure 30 s) less the job's polling interval; 0 = the job
+  // does not watch for notices. When it covers a checkpoint (SavesOnNotice), the job saves its
+  // state on the notice, and a revocation costs the restart and that checkpoint instead of the
+  // work since the last periodic one (those are still written, at the Young/Daly interval, for a
+  // revocation the notice misses). >= 0.
+  double notice_s = 0;
   // Weight of the catalog's revocation rate against the job's own spot exposure, in node-hours of
   // observation (LearnedRevocationRate). The catalog's figure is a regional monthly average (Spot
   // Advisor's interruption band); the rate a job meets in its zone and week differs from it by
@@ -30,6 +37,8 @@ struct CostOptions {
   // one node's own exposure weighs as much as the band. > 0.
   double revocation_prior_node_hours = 24;
   bool IsValid(std::string* error) const;
+  // Whether a notice leaves the time to write a checkpoint of `checkpoint_s` seconds.
+  bool SavesOnNotice(double checkpoint_s) const { return notice_s > 0 && notice_s >= checkpoint_s; }
 };
 
 // USD per hour for `nodes` instances: on-demand n·od; spot n·spot; anchor od + (n−1)·spot
@@ -68,8 +77,11 @@ struct RunEstimate {
 // every `max_interval_s` seconds when that is shorter:
 //   hours = W · (1 + C/τ + λ·(R + τ/2))      (first-order: checkpoint time + per revocation the
 //                                             restart R and on average half an interval lost)
+// With `saved_on_notice` (CostOptions::SavesOnNotice) a revocation loses no work but costs one
+// more checkpoint: hours = W · (1 + C/τ + λ·(R + C)).
 RunEstimate EstimateRun(double work_hours, double price_per_hour, double rate_per_hour,
                         double checkpoint_s, double restart_s,
-                        double max_interval_s = std::numeric_limits<double>::infinity());
+                        double max_interval_s = std::numeric_limits<double>::infinity(),
+                        bool saved_on_notice = false);
 
 }  // namespace cloudtune::search

@@ -89,8 +89,9 @@ MixedEvaluation EvaluateMixed(const SearchProblem& p, const MixedConfig& c, cons
   }
   const double train_s = steps.value * step.step.value;
   const double switch_s = p.current ? p.cost.switch_s : 0;  // always other hardware
-  const RunEstimate run =
-      EstimateRun(train_s / 3600.0, e.price_per_hour, rate, p.cost.checkpoint_s, p.cost.restart_s);
+  const RunEstimate run = EstimateRun(train_s / 3600.0, e.price_per_hour, rate, p.cost.checkpoint_s,
+                                      p.cost.restart_s, std::numeric_limits<double>::infinity(),
+                                      p.cost.SavesOnNotice(p.cost.checkpoint_s));
   e.hours = run.hours + switch_s / 3600.0;
   e.cost = e.hours * e.price_per_hour;
   e.revocations = run.revocations;

@@ -282,14 +282,17 @@ Evaluation Evaluate(const SearchProblem& p, const InstanceType& t, const Config&
   const double rate = ClusterRevocationRate(t, c.nodes, c.purchase);
   const double ckpt =
       c.purchase == Purchase::kAnchor ? p.cost.anchor_checkpoint_s : p.cost.checkpoint_s;
-  RunEstimate run = EstimateRun(train_s / 3600.0, e.price_per_hour, rate, ckpt, p.cost.restart_s);
-  // One revocation loses up to an interval of work. Young/Daly minimises the expected loss; under a
-  // deadline the interval must also fit the slack the candidate leaves, or a single revocation
-  // misses it. Charged to the candidate (more checkpoints; never more often than every two
-  // checkpoint times). A candidate that leaves no slack keeps Young/Daly: it misses anyway, and
-  // ranks by its expected lateness. (The same bound on a budget's slack was measured and made the
-  // replay's budget runs worse: docs/results.md.)
-  if (rate > 0 && p.objective.deadline_h > 0) {
+  const bool on_notice = p.cost.SavesOnNotice(ckpt);
+  constexpr double kNoBound = std::numeric_limits<double>::infinity();
+  RunEstimate run = EstimateRun(train_s / 3600.0, e.price_per_hour, rate, ckpt, p.cost.restart_s,
+                                kNoBound, on_notice);
+  // One revocation loses up to an interval of work (none when the job saves on the notice).
+  // Young/Daly minimises the expected loss; under a deadline the interval must also fit the slack
+  // the candidate leaves, or a single revocation misses it. Charged to the candidate (more
+  // checkpoints; never more often than every two checkpoint times). A candidate that leaves no
+  // slack keeps Young/Daly: it misses anyway, and ranks by its expected lateness. (The same bound
+  // on a budget's slack was measured and made the replay's budget runs worse: docs/results.md.)
+  if (rate > 0 && p.objective.deadline_h > 0 && !on_notice) {
     const double slack_s = (p.objective.deadline_h - run.hours - e.switch_s / 3600.0) * 3600.0;
     if (slack_s > 0 && slack_s < run.checkpoint_interval_s)
       run = EstimateRun(train_s / 3600.0, e.price_per_hour, rate, ckpt, p.cost.restart_s,

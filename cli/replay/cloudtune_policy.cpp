@@ -1,12 +1,17 @@
 // The cloudtune policy of the replay: the runtime a live job constructs (CloudtuneSetup), fed only
 // what the job has seen (CloudtuneDecide).
 #include "cli/replay/replay.h"
+#include "plugin/runtime/preemption.h"
 #include "plugin/runtime/runtime.h"
 
 namespace cloudtune::replay {
 
 // The runtime options of the scenario's job: its objective and target; the search is restricted to
 // the traced configurations (the truth exists only for those), priced with the scenario's catalog.
+double CloudtuneNoticeS(const Scenario& s) {
+  return runtime::UsableNoticeSeconds(s.notice_s, runtime::Options{}.preemption_poll_seconds);
+}
+
 runtime::RuntimeSetup CloudtuneSetup(const Scenario& s) {
   runtime::RuntimeSetup rs;
   rs.options.objective = core::GoalName(s.objective.goal);
@@ -17,6 +22,7 @@ runtime::RuntimeSetup CloudtuneSetup(const Scenario& s) {
     fo->catalog = &s.catalog;
     fo->instance_type.clear();  // the snapshot's current configuration says
     fo->recommend.cost = s.cost;
+    fo->recommend.cost.notice_s = CloudtuneNoticeS(s);
     fo->recommend.measure_s = s.measure_s;
     fo->recommend.decide_again_s = s.decision_interval_s;
     fo->candidates = s.candidates;

@@ -337,7 +337,8 @@ std::vector<PolicyResult> RunReplay(const Scenario& s, uint64_t seed, const Orac
     setup.options.mixed_types = mixed_types;
     auto tuner = std::make_shared<runtime::Runtime>(setup);
     Simulator sim(s, seed, "cloudtune");  // the same measurement noise: what differs is mixing
-    const Decision cadence = CloudtuneCadence(setup.options);
+    Decision cadence = CloudtuneCadence(setup.options);
+    cadence.notice_s = CloudtuneNoticeS(s);
     out.push_back(sim.RunBlind(name, cadence, [tuner, cadence](const JobView& job) {
       return CloudtunePolicy(*tuner, cadence, job);
     }));

@@ -27,7 +27,8 @@
 //   "step_noise_sigma": 0.05,        // log-normal noise of one measurement window's mean
 //   "decision_interval_s": 1800,     // the policies re-decide this often
 //   "measure_s": 300,                // an exploratory measurement window
-//   "cost": {"restart_s": 120, "checkpoint_s": 30, "anchor_checkpoint_s": 5, "switch_s": 180},
+//   "cost": {"restart_s": 120, "checkpoint_s": 30, "anchor_checkpoint_s": 5, "switch_s": 180,
+//            "notice_s": 120},  // the cloud's warning before a spot revocation (AWS: 2 minutes)
 //   "validation": {"128": "validation-128.csv", "256": "...", ...},  // optional measured truth
 //   "carry": "metric",               // optional with "validation": metric | progress, the
 //                                    // measured value carried across batch changes
@@ -90,7 +91,12 @@ struct Scenario {
   double target_progress = 0;
   Config start;
   ObjectiveOptions objective;
-  CostOptions cost;
+  CostOptions cost;  // the job's costs (cost.notice_s stays 0: baselines do not watch notices)
+  // The cloud's warning before it takes a spot node back, seconds (AWS's two minutes; 0 = none).
+  // The cloudtune policy watches for it as the live runtime does (CLOUDTUNE_PREEMPTION_URL) and
+  // saves its state on it when the warning, less its polling interval, covers a checkpoint; the
+  // baselines restart from their last periodic checkpoint.
+  double notice_s = 120;
   std::vector<uint64_t> seeds{1};
   double step_noise_sigma = 0.05;
   double decision_interval_s = 1800;
@@ -167,6 +173,9 @@ struct JobView {
 // The runtime setup of the scenario's job (objective, target, catalog, traced configurations as
 // the candidates): the cloudtune policy constructs the runtime a live job constructs.
 runtime::RuntimeSetup CloudtuneSetup(const Scenario& s);
+// The seconds of the scenario's revocation warning the cloudtune job can act on: it watches for
+// notices at the live runtime's default polling interval.
+double CloudtuneNoticeS(const Scenario& s);
 // One decision of the cloudtune policy: the runtime's fit-and-search on what the job has seen.
 search::Recommendation CloudtuneDecide(const runtime::Runtime& rt, const JobView& job);
 

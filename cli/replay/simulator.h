@@ -59,6 +59,10 @@ struct Decision {
   // The checkpoint interval the policy chose (seconds; 0 = the Young/Daly interval of the
   // catalog's revocation rate).
   double checkpoint_interval_s = 0;
+  // Seconds of a revocation's warning the policy can act on (search::CostOptions::notice_s; 0 = it
+  // does not watch for notices). When they cover the running configuration's checkpoint, the job
+  // saves its state on the notice and a revocation loses no work.
+  double notice_s = 0;
   // A mixed cluster to run instead of `config` (its parts and per-part local batches); `config`
   // stays the single-type configuration the job reports as its own (the live snapshot has one
   // type).
@@ -85,7 +89,8 @@ struct Running {
   double hazard_rate = 0;    // revocations per hour drawn from the catalog (parts without a trace)
   double catalog_rate = 0;   // the catalog's revocation rate of all parts (the job's checkpoints)
   double checkpoint_s = 0, tau_s = 0;
-  double batch = 0;  // global batch
+  double notice_s = 0;  // Decision::notice_s
+  double batch = 0;     // global batch
   // The spot nodes of each part that has any: the job's exposure. A part with a capacity trace
   // holds them while the trace has them; the catalog's revocations (hazard_rate) are charged to
   // the first part without one.
@@ -162,6 +167,7 @@ class Simulator {
       Running running = Describe(cur_, mixed_);
       running.redecide_on_revocation = d.redecide_on_revocation;
       if (d.checkpoint_interval_s > 0) running.tau_s = d.checkpoint_interval_s;
+      running.notice_s = d.notice_s;
       RunWindow(running, window, &r);
       if (mixed_) r.mixed_hours += t_h_ - h0;
       if (measuring && !first) {
@@ -390,6 +396,19 @@ class Simulator {
     estimator::ThinNoiseHistory(&noise_history_, runtime::kMaxNoiseHistory);
   }
 
+  // A revocation: the job goes back to its last checkpoint, which it writes on the notice when the
+  // warning covers one (Decision::notice_s).
+  void RollBack(const Running& run) {
+    if (run.notice_s > 0 && run.notice_s >= run.checkpoint_s) {
+      Advance(run.checkpoint_s / 3600.0, run.price);
+      last_ckpt_progress_ = progress_;
+      last_ckpt_metric_ = metric_;
+    }
+    progress_ = last_ckpt_progress_;
+    metric_ = last_ckpt_metric_;
+    since_ckpt_s_ = 0;
+  }
+
   void RunWindow(const Running& run, double window_s, PolicyResult* r) {
     const double price = run.price, rate = run.hazard_rate, ckpt = run.checkpoint_s;
     const double tau_s = run.tau_s, batch = run.batch, waiting_price = run.waiting_price;
@@ -408,9 +427,7 @@ class Simulator {
           if (running_ && !waiting_) {  // the capacity it holds is gone: a revocation
             ++r->revocations;
             ++exposure_[lost->type].revocations;
-            progress_ = last_ckpt_progress_;
-            metric_ = last_ckpt_metric_;
-            since_ckpt = 0;
+            RollBack(run);
             if (run.redecide_on_revocation) {
               waiting_ = true;
               break;
@@ -466,10 +483,8 @@ class Simulator {
       if (hazard_ >= next_revocation_) {
         ++r->revocations;
         if (untraced != run.spot.end()) ++exposure_[untraced->type].revocations;
-        progress_ = last_ckpt_progress_;
-        metric_ = last_ckpt_metric_;
+        RollBack(run);
         Advance(s_.cost.restart_s / 3600.0, price);
-        since_ckpt = 0;
         hazard_ = 0;
         next_revocation_ = std::exponential_distribution<double>(1.0)(revocation_rng_);
       }

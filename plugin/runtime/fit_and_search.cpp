@@ -8,6 +8,7 @@
 
 #include "estimator/core/error.h"
 #include "estimator/core/trace.h"
+#include "plugin/runtime/preemption.h"
 
 namespace cloudtune::runtime {
 namespace {
@@ -176,6 +177,10 @@ FitAndSearchOptions SearchOptionsFrom(const Options& options, const search::Cata
   fo.recommend.space.wait_for_spot =
       options.wait_for_spot && goal == core::Goal::kCost && !(options.deadline_hours > 0);
   fo.recommend.wait_for_spot_over_budget = options.wait_for_spot;
+  // A job that watches for revocation notices checkpoints on one (Runtime::ShouldCheckpoint).
+  if (!options.preemption_url.empty())
+    fo.recommend.cost.notice_s = UsableNoticeSeconds(
+        NoticeLeadSeconds(DetectProvider(options.preemption_url)), options.preemption_poll_seconds);
   fo.instance_type = options.instance_type;
   if (!options.candidates.empty())
     fo.candidates = CandidatesFromTrace(options.candidates, options.instance_type);

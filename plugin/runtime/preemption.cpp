@@ -94,6 +94,22 @@ const char* ProviderName(MetadataProvider p) {
   }
 }
 
+double NoticeLeadSeconds(MetadataProvider p) {
+  switch (p) {
+    case MetadataProvider::kAws:
+      return 120;
+    case MetadataProvider::kGcp:
+    case MetadataProvider::kAzure:
+      return 30;
+    default:
+      return 0;
+  }
+}
+
+double UsableNoticeSeconds(double lead_s, double poll_seconds) {
+  return std::max(0.0, lead_s - std::max(0.0, poll_seconds));
+}
+
 nlohmann::json PreemptionNotice::ToJson() const {
   return {{"schema", "cloudtune.preemption/1"},
           {"provider", provider},

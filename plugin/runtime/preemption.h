@@ -59,6 +59,13 @@ struct PreemptionOptions {
 
 MetadataProvider DetectProvider(const std::string& url);
 const char* ProviderName(MetadataProvider p);
+// The warning a cloud gives before it takes a spot node back, seconds: AWS 120 (the EC2 Spot
+// interruption notice), GCP 30 (the preemption notice), Azure 30 (Scheduled Events' Preempt,
+// at least 30 s); kAuto 0.
+double NoticeLeadSeconds(MetadataProvider p);
+// What of a `lead_s`-second warning a job polling every `poll_seconds` can count on to save its
+// state: lead_s - poll_seconds, at least 0 (search::CostOptions::notice_s).
+double UsableNoticeSeconds(double lead_s, double poll_seconds);
 
 struct PreemptionNotice {
   std::string provider;  // "aws" | "gcp" | "azure"

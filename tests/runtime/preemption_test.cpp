@@ -287,6 +287,13 @@ TEST(Preemption, ParseUrlAndDetectProvider) {
       MetadataProvider::kAzure);
   EXPECT_EQ(DetectProvider("http://169.254.169.254/latest/meta-data/spot/instance-action"),
             MetadataProvider::kAws);
+  // The warning each cloud gives, and what a job polling every few seconds can count on.
+  EXPECT_EQ(NoticeLeadSeconds(MetadataProvider::kAws), 120);
+  EXPECT_EQ(NoticeLeadSeconds(MetadataProvider::kGcp), 30);
+  EXPECT_EQ(NoticeLeadSeconds(MetadataProvider::kAzure), 30);
+  EXPECT_EQ(NoticeLeadSeconds(MetadataProvider::kAuto), 0);
+  EXPECT_EQ(UsableNoticeSeconds(120, 5), 115);
+  EXPECT_EQ(UsableNoticeSeconds(30, 60), 0);
 }
 
 TEST(Preemption, InterpretAnswers) {

@@ -456,6 +456,25 @@ TEST(FitAndSearch, TheSearchDecidesAgainAtTheRefitCadence) {
   EXPECT_DOUBLE_EQ(SearchOptionsFrom(opt, nullptr).recommend.decide_again_s, 120);
 }
 
+// A job that watches for revocation notices saves its state on one: the search prices a
+// revocation as the restart and a checkpoint when the cloud's warning, less the polling interval,
+// covers a checkpoint (AWS's two minutes do; GCP's 30 s do not cover a 30-s checkpoint).
+TEST(FitAndSearch, WatchingForNoticesPricesARevocationWithoutLostWork) {
+  Options opt;
+  EXPECT_EQ(SearchOptionsFrom(opt, nullptr).recommend.cost.notice_s, 0);  // not watching
+  opt.preemption_url = "http://169.254.169.254/latest/meta-data/spot/instance-action";
+  FitAndSearchOptions o = SearchOptionsFrom(opt, nullptr);
+  EXPECT_DOUBLE_EQ(o.recommend.cost.notice_s, 120 - opt.preemption_poll_seconds);
+  EXPECT_TRUE(o.recommend.cost.SavesOnNotice(o.recommend.cost.checkpoint_s));
+  opt.preemption_poll_seconds = 100;
+  EXPECT_DOUBLE_EQ(SearchOptionsFrom(opt, nullptr).recommend.cost.notice_s, 20);
+  opt.preemption_poll_seconds = 5;
+  opt.preemption_url = "http://metadata.google.internal/computeMetadata/v1/instance/preempted";
+  o = SearchOptionsFrom(opt, nullptr);
+  EXPECT_DOUBLE_EQ(o.recommend.cost.notice_s, 25);
+  EXPECT_FALSE(o.recommend.cost.SavesOnNotice(o.recommend.cost.checkpoint_s));
+}
+
 // A spot cluster whose capacity is gone: under the cost goal without a deadline it waits the
 // shortage out (stays on spot); with a deadline, or CLOUDTUNE_WAIT_FOR_SPOT=0, staying means on
 // demand.

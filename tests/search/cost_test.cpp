@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 
 namespace cloudtune::search {
 namespace {
@@ -99,6 +100,35 @@ TEST(Cost, ExpectedRunHandComputed) {
   auto overhead = [&](double tau) { return c / tau + lam * (rr + tau / 2); };
   EXPECT_LT(overhead(1.0), overhead(0.8));
   EXPECT_LT(overhead(1.0), overhead(1.25));
+}
+
+TEST(Cost, ARevocationSavedOnItsNoticeLosesNoWork) {
+  // W = 10 h, λ = 0.5/h, C = 36 s (0.01 h), R = 360 s (0.1 h): τ = sqrt(2 C / λ) = 0.2 h.
+  // Without a notice: overhead = C/τ + λ (R + τ/2) = 0.05 + 0.5 * 0.2 = 0.15 -> 11.5 h.
+  // Saved on the notice: C/τ + λ (R + C) = 0.05 + 0.5 * 0.11 = 0.105 -> 11.05 h.
+  const RunEstimate lost = EstimateRun(10, 2.0, 0.5, 36, 360);
+  const RunEstimate saved =
+      EstimateRun(10, 2.0, 0.5, 36, 360, std::numeric_limits<double>::infinity(), true);
+  EXPECT_NEAR(lost.hours, 11.5, 1e-12);
+  EXPECT_NEAR(saved.hours, 11.05, 1e-12);
+  EXPECT_NEAR(saved.cost, 22.1, 1e-12);
+  // The periodic checkpoints stay (a revocation the notice misses): the same interval.
+  EXPECT_NEAR(saved.checkpoint_interval_s, lost.checkpoint_interval_s, 1e-9);
+  EXPECT_NEAR(saved.checkpoint_interval_s, 720, 1e-9);
+
+  // A notice saves the state only when it leaves the time for a checkpoint.
+  CostOptions o;
+  EXPECT_FALSE(o.SavesOnNotice(o.checkpoint_s));  // default: the job does not watch
+  o.notice_s = 115;                               // AWS's 2 minutes less a 5-s poll
+  EXPECT_TRUE(o.SavesOnNotice(30));
+  EXPECT_FALSE(o.SavesOnNotice(120));
+  o.notice_s = 25;  // GCP's 30 s less a 5-s poll: too short for a 30-s checkpoint
+  EXPECT_FALSE(o.SavesOnNotice(30));
+  EXPECT_TRUE(o.SavesOnNotice(5));  // an anchor's checkpoint
+  std::string err;
+  o.notice_s = -1;
+  EXPECT_FALSE(o.IsValid(&err));
+  EXPECT_EQ(err, "notice_s must be >= 0");
 }
 
 }  // namespace

@@ -304,6 +304,40 @@ TEST(Search, CheckpointIntervalFitsTheDeadlineSlack) {
   EXPECT_TRUE(std::isinf(Evaluate(p, OneT4Node()).checkpoint_interval_s));
 }
 
+// A job that saves its state on the revocation notice (CostOptions::notice_s) loses no work to a
+// revocation: spot is priced with the restart and one checkpoint per revocation, and a deadline's
+// slack no longer bounds the periodic checkpoints.
+TEST(Search, ARevocationSavedOnItsNoticeCostsTheRestartAndACheckpoint) {
+  Catalog c = SmallCatalog();
+  c.types[0].revocation_per_hour = 0.5;  // t4x4: a spot market like the shipped V100 traces
+  SearchProblem p = Problem(c);
+  Config spot = OneT4Node();
+  spot.purchase = Purchase::kSpot;
+  const Evaluation lost = Evaluate(p, spot);
+  p.cost.notice_s = 115;
+  const Evaluation saved = Evaluate(p, spot);
+  const double tau_h = YoungDalyInterval(p.cost.checkpoint_s, 0.5) / 3600;
+  const double work_h = lost.hours / (1 + p.cost.checkpoint_s / 3600 / tau_h +
+                                      0.5 * (p.cost.restart_s / 3600 + tau_h / 2));
+  EXPECT_NEAR(saved.hours,
+              work_h * (1 + p.cost.checkpoint_s / 3600 / tau_h +
+                        0.5 * (p.cost.restart_s + p.cost.checkpoint_s) / 3600),
+              1e-9 * work_h);
+  EXPECT_LT(saved.cost, lost.cost);
+  EXPECT_NEAR(saved.checkpoint_interval_s, lost.checkpoint_interval_s, 1e-9);
+  // Under a deadline 0.05 h beyond the run, the job that loses work checkpoints within the slack;
+  // the one that saves on the notice keeps Young/Daly.
+  p.objective.deadline_h = saved.hours + 0.05;
+  EXPECT_NEAR(Evaluate(p, spot).checkpoint_interval_s, tau_h * 3600, 1e-6);
+  p.cost.notice_s = 0;
+  p.objective.deadline_h = lost.hours + 0.05;
+  EXPECT_LE(Evaluate(p, spot).checkpoint_interval_s, 0.05 * 3600 + 1e-9);
+  // A notice too short for a checkpoint saves nothing.
+  p.objective.deadline_h = 0;
+  p.cost.notice_s = p.cost.checkpoint_s / 2;
+  EXPECT_DOUBLE_EQ(Evaluate(p, spot).cost, lost.cost);
+}
+
 // Observe, then grow: with a noise scale far above every batch, the fastest configuration is the
 // largest batch; the search proposes at most max_batch_growth x the largest observed batch, and
 // goes further once the job has run (observed) the batch it proposed.

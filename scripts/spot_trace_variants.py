@@ -1,0 +1,105 @@
+#!/usr/bin/env python3
+"""Variants of the shipped spot scenarios on spot traces they do not use.
+
+usage: spot_trace_variants.py OUT_DIR [--scenarios data/scenarios] [--traces ../shared/data/spot-traces]
+then:  build/bin/cloudtune replay OUT_DIR/zones/*.json --format json -o zones.json
+       build/bin/cloudtune replay OUT_DIR/preemption/*.json --format json -o preemption.json
+
+The shipped scenarios that replay real spot capacity (a "spot" object) were written against a few
+of the availability traces. A policy judged only on those may have learned their luck. This writes
+two sets of the same scenarios with every other trace of the collection in their place:
+  zones/       each shipped scenario on each availability trace of the same kind (1-node or
+               16-node) that it does not use (a scenario with several traced types rotates them
+               through the set), and each of those again 48 h further into the trace;
+  preemption/  each shipped scenario on each 1-node preemption trace (a multi-node scenario then
+               gets at most one spot node of a type) and each multi-node one on each 4-node
+               preemption trace, rotated the same way.
+The scenarios keep their reading ("count" or "zero-is-up"), jobs, objectives and seeds; paths are
+written absolute, so the variants replay from anywhere. Only the standard library is used.
+"""
+import argparse
+import glob
+import json
+import os
+import sys
+
+
+def absolute(value, base):
+    """The scenario with every relative path (a string starting with '../') made absolute."""
+    if isinstance(value, dict):
+        return {k: absolute(v, base) for k, v in value.items()}
+    if isinstance(value, list):
+        return [absolute(v, base) for v in value]
+    if isinstance(value, str) and value.startswith("../"):
+        return os.path.normpath(os.path.join(base, value))
+    return value
+
+
+def write(scenario, out_dir, name):
+    scenario = json.loads(json.dumps(scenario))
+    scenario["name"] = name
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, name + ".json"), "w") as f:
+        json.dump(scenario, f, indent=1)
+
+
+def main():
+    here = os.path.dirname(os.path.abspath(__file__))
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("out_dir")
+    ap.add_argument("--scenarios", default=os.path.join(here, "..", "data", "scenarios"))
+    ap.add_argument("--traces", default=os.path.join(here, "..", "..", "shared", "data",
+                                                     "spot-traces"))
+    args = ap.parse_args()
+    args.traces = os.path.abspath(args.traces)
+    avail = os.path.join(args.traces, "availability")
+    pools = {
+        "1-node": sorted(glob.glob(os.path.join(avail, "1-node", "*", "*.json"))),
+        "16-node": sorted(glob.glob(os.path.join(avail, "16-node", "*", "*.json"))),
+    }
+    preempt = {
+        "1-node": sorted(glob.glob(os.path.join(args.traces, "preemption", "1-node", "*", "*.json"))),
+        "multi": sorted(glob.glob(os.path.join(args.traces, "preemption", "4-node", "*", "*.json"))),
+    }
+    if not pools["1-node"] or not pools["16-node"] or not preempt["1-node"] or not preempt["multi"]:
+        sys.exit(f"{args.traces}: expected availability/1-node, availability/16-node, "
+                 "preemption/1-node and preemption/4-node traces")
+    written = 0
+    for path in sorted(glob.glob(os.path.join(args.scenarios, "*.json"))):
+        base = os.path.dirname(os.path.abspath(path))
+        with open(path) as f:
+            scenario = absolute(json.load(f), base)
+        spot = scenario.get("spot")
+        if not spot or not spot.get("traces"):
+            continue
+        types = list(spot["traces"])
+        used = {os.path.realpath(p) for p in spot["traces"].values()}
+        one_node = all("/1-node/" in p for p in spot["traces"].values())
+        pool = pools["1-node" if one_node else "16-node"]
+        for i, trace in enumerate(pool):
+            if os.path.realpath(trace) in used:
+                continue
+            v = json.loads(json.dumps(scenario))
+            for j, t in enumerate(types):
+                v["spot"]["traces"][t] = pool[(i + j) % len(pool)]
+            name = f"{scenario['name']}-zone{i}"
+            write(v, os.path.join(args.out_dir, "zones"), name)
+            v["spot"]["offset_h"] = v["spot"].get("offset_h", 0) + 48
+            write(v, os.path.join(args.out_dir, "zones"), name + "-later")
+            written += 2
+        for kind in ["1-node"] if one_node else ["1-node", "multi"]:
+            pool = preempt[kind]
+            for i in range(len(pool)):
+                v = json.loads(json.dumps(scenario))
+                for j, t in enumerate(types):
+                    v["spot"]["traces"][t] = pool[(i + j) % len(pool)]
+                suffix = "" if kind == "1-node" else "-4node"
+                write(v, os.path.join(args.out_dir, "preemption"),
+                      f"{scenario['name']}-preemption{i}{suffix}")
+                written += 1
+    print(f"{written} scenarios under {args.out_dir}/zones and {args.out_dir}/preemption")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
