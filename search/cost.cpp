@@ -29,6 +29,14 @@ bool CostOptions::IsValid(std::string* error) const {
   return bad == nullptr;
 }
 
+bool SavesOnNotice(double notice_s, double checkpoint_s) {
+  return notice_s > 0 && notice_s >= checkpoint_s;
+}
+
+bool CostOptions::SavesOnNotice(double checkpoint_s) const {
+  return search::SavesOnNotice(notice_s, checkpoint_s);
+}
+
 double HourlyPrice(const InstanceType& t, int nodes, Purchase p) {
   const double spot = t.has_spot() ? t.spot_per_hour : t.ondemand_per_hour;
   switch (p) {

@@ -38,8 +38,12 @@ struct CostOptions {
   double revocation_prior_node_hours = 24;
   bool IsValid(std::string* error) const;
   // Whether a notice leaves the time to write a checkpoint of `checkpoint_s` seconds.
-  bool SavesOnNotice(double checkpoint_s) const { return notice_s > 0 && notice_s >= checkpoint_s; }
+  bool SavesOnNotice(double checkpoint_s) const;
 };
+
+// Whether `notice_s` seconds of warning (CostOptions::notice_s) leave the time to write a
+// checkpoint of `checkpoint_s` seconds.
+bool SavesOnNotice(double notice_s, double checkpoint_s);
 
 // USD per hour for `nodes` instances: on-demand n·od; spot n·spot; anchor od + (n−1)·spot
 // (n = 1 anchor is on-demand). Spot prices fall back to on-demand when the type has no spot offer.

@@ -6,12 +6,12 @@
 
 namespace cloudtune::replay {
 
-// The runtime options of the scenario's job: its objective and target; the search is restricted to
-// the traced configurations (the truth exists only for those), priced with the scenario's catalog.
 double CloudtuneNoticeS(const Scenario& s) {
   return runtime::UsableNoticeSeconds(s.notice_s, runtime::Options{}.preemption_poll_seconds);
 }
 
+// The runtime options of the scenario's job: its objective and target; the search is restricted to
+// the traced configurations (the truth exists only for those), priced with the scenario's catalog.
 runtime::RuntimeSetup CloudtuneSetup(const Scenario& s) {
   runtime::RuntimeSetup rs;
   rs.options.objective = core::GoalName(s.objective.goal);

@@ -399,7 +399,7 @@ class Simulator {
   // A revocation: the job goes back to its last checkpoint, which it writes on the notice when the
   // warning covers one (Decision::notice_s).
   void RollBack(const Running& run) {
-    if (run.notice_s > 0 && run.notice_s >= run.checkpoint_s) {
+    if (SavesOnNotice(run.notice_s, run.checkpoint_s)) {
       Advance(run.checkpoint_s / 3600.0, run.price);
       last_ckpt_progress_ = progress_;
       last_ckpt_metric_ = metric_;
