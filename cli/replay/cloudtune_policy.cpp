@@ -7,7 +7,7 @@
 namespace cloudtune::replay {
 
 double CloudtuneNoticeS(const Scenario& s) {
-  return runtime::UsableNoticeSeconds(s.notice_s, runtime::Options{}.preemption_poll_seconds);
+  return runtime::UsableNoticeSeconds(s.warning_s, runtime::Options{}.preemption_poll_seconds);
 }
 
 // The runtime options of the scenario's job: its objective and target; the search is restricted to

@@ -28,7 +28,7 @@
 //   "decision_interval_s": 1800,     // the policies re-decide this often
 //   "measure_s": 300,                // an exploratory measurement window
 //   "cost": {"restart_s": 120, "checkpoint_s": 30, "anchor_checkpoint_s": 5, "switch_s": 180,
-//            "notice_s": 120},  // the cloud's warning before a spot revocation (AWS: 2 minutes)
+//            "warning_s": 120},  // the cloud's warning before a spot revocation (AWS: 2 minutes)
 //   "validation": {"128": "validation-128.csv", "256": "...", ...},  // optional measured truth
 //   "carry": "metric",               // optional with "validation": metric | progress, the
 //                                    // measured value carried across batch changes
@@ -96,7 +96,7 @@ struct Scenario {
   // The cloudtune policy watches for it as the live runtime does (CLOUDTUNE_PREEMPTION_URL) and
   // saves its state on it when the warning, less its polling interval, covers a checkpoint; the
   // baselines restart from their last periodic checkpoint.
-  double notice_s = 120;
+  double warning_s = 120;
   std::vector<uint64_t> seeds{1};
   double step_noise_sigma = 0.05;
   double decision_interval_s = 1800;

@@ -297,7 +297,7 @@ Scenario ParseScenarioFields(const nlohmann::json& j, const std::string& name,
     s.cost.anchor_checkpoint_s =
         NumberField(c, "anchor_checkpoint_s", s.cost.anchor_checkpoint_s, w, true);
     s.cost.switch_s = NumberField(c, "switch_s", s.cost.switch_s, w, false);
-    s.notice_s = NumberField(c, "notice_s", s.notice_s, w, false);
+    s.warning_s = NumberField(c, "warning_s", s.warning_s, w, false);
   }
   if (j.contains("validation"))
     ParseMeasuredTruth(j, name, base_dir, &s);

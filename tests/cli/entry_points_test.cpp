@@ -88,7 +88,7 @@ replay::Scenario ReplayScenario() {
   sc.catalog = search::DefaultCatalog();
   sc.candidates = runtime::CandidatesFromTrace(kConfigs, "g4dn.12xlarge");
   sc.target_progress = kTarget;
-  sc.notice_s = 0;  // the live job here does not watch for revocation notices
+  sc.warning_s = 0;  // the live job here does not watch for revocation notices
   return sc;
 }
 

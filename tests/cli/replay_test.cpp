@@ -210,12 +210,12 @@ TEST(Replay, ARevocationSavedOnItsNoticeLosesNoWork) {
   // A notice shorter than a checkpoint saves nothing.
   EXPECT_DOUBLE_EQ(short_notice.makespan_h, lost.makespan_h);
   // The scenario's warning reaches the cloudtune job less its polling interval; bad values named.
-  EXPECT_DOUBLE_EQ(s.notice_s, 120);
+  EXPECT_DOUBLE_EQ(s.warning_s, 120);
   EXPECT_DOUBLE_EQ(CloudtuneNoticeS(s), 120 - runtime::Options{}.preemption_poll_seconds);
   EXPECT_DOUBLE_EQ(s.cost.notice_s, 0);  // the baselines do not watch for notices
-  j["cost"] = {{"notice_s", -1}};
-  EXPECT_EQ(ErrorOf(j), "s.json: cost: notice_s: must be >= 0");
-  j["cost"] = {{"notice_s", 0}};
+  j["cost"] = {{"warning_s", -1}};
+  EXPECT_EQ(ErrorOf(j), "s.json: cost: warning_s: must be >= 0");
+  j["cost"] = {{"warning_s", 0}};
   EXPECT_DOUBLE_EQ(CloudtuneNoticeS(ParseScenario(j, "s.json", kScenarios)), 0);
 }
 
