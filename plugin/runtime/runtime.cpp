@@ -496,9 +496,10 @@ void Runtime::Start() {
 void Runtime::StartTuner() {
   TunerOptions to;
   to.refit_seconds = opt_.refit_seconds;
-  // A restored job refits on its restored snapshot at once ("restored"); a fresh one refits at each
-  // snapshot until its first recommendation.
-  to.refit_until_published = !restored_;
+  // A restored job refits on its restored snapshot at once ("restored"). Until a recommendation is
+  // published, every job refits at each snapshot: a restored state may hold nothing usable (only
+  // configurations on types the catalog does not know), and its job must not wait a timer period.
+  to.refit_until_published = true;
   tuner_ = std::make_unique<Tuner>(
       to, [this](const core::Snapshot& s, const RefitContext& c) { return Refit(s, c); },
       [this](const std::string& kind, const nlohmann::json& record) {
@@ -506,10 +507,7 @@ void Runtime::StartTuner() {
       },
       [this](const std::string& line) { Log(line); });
   tuner_->Start();
-  if (restored_) {
-    tuner_->Offer(std::make_shared<const core::Snapshot>(base_));
-    tuner_->RequestRefit("restored");
-  }
+  if (restored_) tuner_->Resume(std::make_shared<const core::Snapshot>(base_), "restored");
 }
 
 void Runtime::Observe(const core::Snapshot& measured) {

@@ -76,7 +76,7 @@ LoadResult LoadState(const std::string& path, const std::string& expected_job_id
 // estimator internals). Call it off the training thread and pass the result to SaveState.
 SavedState MakeSavedState(const core::Snapshot& s, const nlohmann::json* recommendation,
                           const std::string& job_id, nlohmann::json gns = nlohmann::json::object());
-// The snapshot a restarted job starts from (offer it, then refit with the trigger "restored" so
+// The snapshot a restarted job starts from (Tuner::Resume it with the trigger "restored" so
 // the first recommendation uses the earlier measurements).
 core::Snapshot RestoreSnapshot(const SavedState& state);
 // {TYPE: {"node_hours": h, "revocations": k}}: the spot exposure as the state file and a

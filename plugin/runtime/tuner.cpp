@@ -117,6 +117,18 @@ void Tuner::RequestRefit(std::string reason) {
   asio::post(impl_->io, [this, reason = std::move(reason)] { Refit(reason); });
 }
 
+void Tuner::Resume(std::shared_ptr<const Snapshot> snapshot, std::string reason) {
+  if (!snapshot || stopped_) return;
+  snapshots_.fetch_add(1, std::memory_order_relaxed);
+  std::atomic_store(&slot_, std::move(snapshot));
+  generation_.fetch_add(1, std::memory_order_release);
+  wake_pending_ = true;
+  asio::post(impl_->io, [this, reason = std::move(reason)] {
+    wake_pending_ = false;
+    Refit(reason);
+  });
+}
+
 std::shared_ptr<const nlohmann::json> Tuner::Latest() const { return std::atomic_load(&latest_); }
 
 std::shared_ptr<const Snapshot> Tuner::LatestSnapshot() const { return std::atomic_load(&slot_); }

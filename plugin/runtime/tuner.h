@@ -78,6 +78,10 @@ class Tuner {
 
   // Any thread: refit now (if a snapshot exists) with RefitContext::trigger = reason.
   void RequestRefit(std::string reason);
+  // Before the job's first Offer(): offers a restarted job's restored snapshot and refits on it
+  // at once with RefitContext::trigger = reason ("restored"). Snapshots offered while that refit
+  // waits post no other; until a recommendation is published, later ones refit as usual.
+  void Resume(std::shared_ptr<const Snapshot> snapshot, std::string reason);
 
   // Any thread, non-blocking: the latest published recommendation (null before the first).
   std::shared_ptr<const nlohmann::json> Latest() const;
