@@ -47,7 +47,7 @@ struct TunerOptions {
 };
 
 struct TunerStats {
-  std::uint64_t snapshots = 0;   // Offer() calls
+  std::uint64_t snapshots = 0;   // Offer() and Resume() calls
   std::uint64_t refits = 0;      // successful fit-and-search runs
   std::uint64_t fit_errors = 0;  // failed ones
   std::uint64_t published = 0;   // changed recommendations (records written)
