@@ -481,19 +481,21 @@ class Solver {
     return false;
   }
 
-  // The schedule of the last recorded Forward(): "HOURS h: CONFIG" at each change.
-  void Schedule(OracleResult* out) const {
+  // The changes of the last recorded Forward()'s schedule after its first window (counted as the
+  // simulator counts a policy's), and with `text` the schedule: "HOURS h: CONFIG" at each change.
+  void Schedule(OracleResult* out, bool text) const {
     OracleResult& r = *out;
     int32_t first = 0;
     const std::vector<int32_t> per_window = Windows(&first);
     for (int j = 0; j <= fin_window_; ++j) {
       if (j > 0 && per_window[j] == per_window[j - 1]) continue;
+      if (j > 0) ++r.switches;
+      if (!text) continue;
       const int32_t c = per_window[j];
       std::ostringstream line;
       line << std::fixed << std::setprecision(2) << j * T.W / 3600 << " h: "
            << (c == static_cast<int32_t>(C) ? std::string("idle") : T.configs[c].ToString());
       r.schedule.push_back(line.str());
-      if (j > 0) ++r.switches;
     }
   }
 
@@ -662,7 +664,7 @@ void FollowOne(Solver* solver, const Oracle::Tables& t, bool schedule, OracleRes
   r->finished = cost < kInf;
   r->cost = cost;
   r->makespan_h = time / 3600;
-  if (schedule) solver->Schedule(r);
+  if (r->finished || schedule) solver->Schedule(r, schedule);
 }
 }  // namespace
 

@@ -73,7 +73,8 @@ struct OracleResult {
   // The best single configuration in hindsight (switched to at time 0; 0 cost when none finishes).
   double fixed_cost = 0, fixed_makespan_h = 0;
   std::string fixed_config;
-  int switches = 0;                   // with OracleOptions::schedule
+  // Changes of configuration (idle included) after the first window, as a policy's are counted.
+  int switches = 0;
   std::vector<std::string> schedule;  // with OracleOptions::schedule: "HOURS h: CONFIG" per change
 };
 

@@ -310,11 +310,8 @@ void AddHindsight(const Scenario& s, uint64_t seed, const Oracle* oracle,
   f.finished = given.fixed_cost > 0;
   f.cost = given.fixed_cost;
   f.makespan_h = given.fixed_makespan_h;
-  Config spot_start = s.start;
-  spot_start.purchase = Purchase::kSpot;
-  const bool stays =
-      given.fixed_config == s.start.ToString() || given.fixed_config == spot_start.ToString();
-  f.switches = f.finished && !stays ? 1 : 0;
+  // Its one configuration is its choice at time 0, as a policy's first is (no switch counted).
+  f.switches = 0;
   if (f.finished) f.schedule = {"0.00 h: " + given.fixed_config};
   f.Score(s.objective);
   out.insert(out.begin() + 1, r);

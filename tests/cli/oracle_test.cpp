@@ -280,6 +280,25 @@ TEST(Oracle, ItsScheduleHardlyDependsOnTheLevels) {
   EXPECT_LE(r600.cost, 1.05 * r1200.cost_lower);
 }
 
+// The oracle counts its changes of configuration whether or not its schedule is asked for as
+// text, as the simulator counts a policy's (after the first window).
+TEST(Oracle, CountsItsSwitchesWithoutTheScheduleText) {
+  CLOUDTUNE_NEEDS_SHARED_DATA();
+  const Scenario s = LoadScenario(std::string(CLOUDTUNE_SOURCE_DIR) +
+                                  "/data/scenarios/resnet50-multi-gpu-deadline-spot16.json");
+  OracleOptions o;
+  o.horizon_h = s.objective.deadline_h;
+  o.schedule = true;
+  const OracleResult text = Oracle(s, o).Solve(5);
+  o.schedule = false;
+  const OracleResult quiet = Oracle(s, o).Solve(5);
+  ASSERT_TRUE(text.finished && quiet.finished);
+  EXPECT_TRUE(quiet.schedule.empty());
+  ASSERT_GT(text.schedule.size(), 2u);  // a spot trace with outages: it moves
+  EXPECT_EQ(text.switches, static_cast<int>(text.schedule.size()) - 1);
+  EXPECT_EQ(quiet.switches, text.switches);
+}
+
 // The best fixed configuration on a capacity trace: running whenever the capacity is there,
 // followed exactly, finds one within this $60 budget that the recursion rounding each window's
 // progress down to one of 600 levels does not (4x g4dn.12xlarge on spot, about 12 h).
