@@ -350,14 +350,21 @@ class Solver {
         const double price = T.price[c];
         const double window_cost = T.W / 3600 * price;
         for (int k = 0; k <= top; ++k) {
-          const double base[3] = {V[c * K + k], grp[T.group[c] * K + k], any[k]};
-          for (int cls = 0; cls < 3; ++cls) {
-            const double b = base[cls];
+          // A job that has waited for capacity since time 0 (idle, nothing paid) has not run:
+          // it launches as from the start configuration, which costs nothing for the start itself
+          // (as the simulator launches a job that has not run yet).
+          const bool unlaunched = k == 0 && j > 0 && V[C * K] == 0;
+          const double base[4] = {V[c * K + k], grp[T.group[c] * K + k], any[k],
+                                  unlaunched ? 0.0 : kInf};
+          for (int i = 0; i < 4; ++i) {
+            const double b = base[i];
             if (b == kInf) continue;
+            const int cls = i < 3 ? i : LaunchClass(c);
             const size_t at = T.At(c, k);
-            const int32_t from = cls == 0   ? static_cast<int32_t>(c * K + k)
-                                 : cls == 1 ? grp_at[T.group[c] * K + k]
-                                            : any_at[k];
+            const int32_t from = i == 0   ? static_cast<int32_t>(c * K + k)
+                                 : i == 1 ? grp_at[T.group[c] * K + k]
+                                 : i == 2 ? any_at[k]
+                                          : static_cast<int32_t>(C * K);
             const float fin = T.finish[cls][at];
             if (fin >= 0) {
               const double secs = T.switch_s[cls] + fin * (1 + T.ckpt_share[c]);
@@ -404,6 +411,16 @@ class Solver {
     }
   }
 
+  // The switch class of running configuration c first: none for the start configuration (on
+  // demand or on spot), a batch switch on its instances (either purchase), else a switch.
+  int LaunchClass(size_t c) const {
+    const int i = static_cast<int>(c);
+    if (i == T.start || i == T.start_spot) return 0;
+    const bool same = T.group[c] == T.group[T.start] ||
+                      (T.start_spot >= 0 && T.group[c] == T.group[T.start_spot]);
+    return same ? 1 : 2;
+  }
+
   // The position (levels) after a window on T's entry `at` (level k) from f in [0, 1) levels
   // beyond k: between that level's and the next one's (a finish there counts as the target),
   // below the last level.
@@ -426,9 +443,9 @@ class Solver {
       }
   }
 
-  // The configuration of each window of the last recorded Forward()'s finish (index C: idle) and,
-  // in *first, the one the job stood in at time 0. Empty when none finished.
-  std::vector<int32_t> Windows(int32_t* first) const {
+  // The configuration of each window of the last recorded Forward()'s finish (index C: idle).
+  // Empty when none finished.
+  std::vector<int32_t> Windows() const {
     if (fin_window_ < 0) return {};
     // Walk back: the state at the start of window j + 1 names the configuration of window j.
     std::vector<int32_t> per_window(fin_window_ + 1);
@@ -440,33 +457,32 @@ class Solver {
       const auto it = std::lower_bound(pj.begin(), pj.end(), std::make_pair(state, INT32_MIN));
       state = it != pj.end() && it->first == state ? it->second : -1;
     }
-    *first = state >= 0 ? state / K : T.start;
     return per_window;
   }
 
   // The last recorded Forward()'s schedule followed with the exact progress of every window:
   // *cost and *time (s) of its finish; false when it does not finish within the horizon and
   // budget.
-  bool Follow(double* cost, double* time) const {
-    int32_t first = 0;
-    const std::vector<int32_t> per_window = Windows(&first);
-    return Follow(per_window, first, cost, time);
-  }
+  bool Follow(double* cost, double* time) const { return Follow(Windows(), cost, time); }
 
   // The same for a schedule given as the configuration of each window (index C: idle) from the
-  // job standing in `first` at time 0; false also when it finishes beyond the horizon or budget.
-  bool Follow(const std::vector<int32_t>& per_window, int32_t first, double* cost,
-              double* time) const {
-    int32_t prev = first;
+  // job standing in the start configuration at time 0 (the first configuration it runs, at time
+  // 0 or after waiting for capacity, is its launch); false also when it finishes beyond the
+  // horizon or budget.
+  bool Follow(const std::vector<int32_t>& per_window, double* cost, double* time) const {
+    int32_t prev = static_cast<int32_t>(C);
     double u = T.model.StartProgress(), paid = 0;
+    bool launched = false;
     for (size_t j = 0; j < per_window.size(); ++j) {
       const int32_t c = per_window[j];
       const int32_t was = prev;
       prev = c;
       if (c == static_cast<int32_t>(C)) continue;  // idle: free, no progress
-      const int cls = was == c                                                       ? 0
+      const int cls = !launched  ? LaunchClass(c)
+                      : was == c ? 0
                       : was != static_cast<int32_t>(C) && T.group[was] == T.group[c] ? 1
                                                                                      : 2;
+      launched = true;
       const Config& cfg = T.configs[c];
       double fin = -1;
       u = T.model.Advance(cfg, u, T.model.TrainSeconds(cfg, T.switch_s[cls]), &fin);
@@ -485,8 +501,7 @@ class Solver {
   // simulator counts a policy's), and with `text` the schedule: "HOURS h: CONFIG" at each change.
   void Schedule(OracleResult* out, bool text) const {
     OracleResult& r = *out;
-    int32_t first = 0;
-    const std::vector<int32_t> per_window = Windows(&first);
+    const std::vector<int32_t> per_window = Windows();
     for (int j = 0; j <= fin_window_; ++j) {
       if (j > 0 && per_window[j] == per_window[j - 1]) continue;
       if (j > 0) ++r.switches;
@@ -556,7 +571,9 @@ class Solver {
         bool alive = j == 0;
         const bool allowed = Allowed(c, j);
         for (int k = 0; k <= top; ++k) {
-          const double base[3] = {run_v[k], j == 0 && k == 0 ? 0.0 : kInf, idle_v[k]};
+          // Its launch: at time 0, or after waiting for the capacity since then (nothing paid).
+          const bool unlaunched = k == 0 && (j == 0 || idle_v[0] == 0);
+          const double base[3] = {run_v[k], unlaunched ? 0.0 : kInf, idle_v[k]};
           const int cls_of[3] = {0, cls0, 2};
           if (may_idle) idle_n[k] = std::min(run_v[k], idle_v[k]);
           if (run_v[k] < kInf || idle_n[k] < kInf) alive = true;
@@ -603,8 +620,7 @@ class Solver {
       std::vector<int32_t> per_window(H);
       for (int j = 0; j < H; ++j) per_window[j] = Allowed(c, j) ? cfg : static_cast<int32_t>(C);
       double cost = 0, time = 0;
-      if (Follow(per_window, cfg == T.start_spot ? cfg : T.start, &cost, &time))
-        consider(cost, time, T.configs[c]);
+      if (Follow(per_window, &cost, &time)) consider(cost, time, T.configs[c]);
     }
     if (r.fixed_cost == kInf) r.fixed_cost = 0;
   }

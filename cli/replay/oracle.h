@@ -16,7 +16,7 @@
 //   for windows in which the trace has the capacity for the whole window: hindsight dodges every
 //   revocation. Types without a trace are never revoked (catalog rates are ~1e-4/h: in the oracle's
 //   favour). Where capacity traces exist the oracle may also idle (pay nothing, make no progress);
-//   coming back costs switch_s.
+//   coming back costs switch_s once the job has run.
 // - Progress (B0-steps) is kept on `levels` equally spaced levels. The schedule the oracle reports
 //   comes from a recursion in which each state carries the exact position (between levels) of the
 //   schedule that reached it; a window's progress from there is interpolated between the tables of
@@ -34,8 +34,9 @@
 //   multi-node types with a spot price). Within one set of instances, a batch that is never the
 //   fastest to progress at any level is dropped (it could only save a batch switch).
 // - The job starts in the start configuration, launched on demand or on spot (as the fixed-spot
-//   baseline is), at no cost. The run must finish within `horizon_h` (the deadline when there is
-//   one).
+//   baseline is), at no cost: at time 0, or, having waited for spot capacity from time 0, when the
+//   capacity comes (the simulator launches a job that has not run yet without a restart). The run
+//   must finish within `horizon_h` (the deadline when there is one).
 // - Known limit: capacity that flips within a window (the 1-node traces tick every 32 s) is usable
 //   by a policy minute by minute but by the oracle only for whole windows, so there a policy that
 //   rides the flips (fixed-spot) can cost less than the oracle.
