@@ -7,6 +7,8 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "search/search.h"
+
 namespace cloudtune::cli {
 
 void RegisterFitCommands(CLI::App& app);        // fit, predict           (fit_command.cpp)
@@ -27,5 +29,9 @@ nlohmann::json RecommendFromRecorded(const std::string& path);
 void Output(const std::string& path, const std::string& text);
 // A finite number parsed from an argument; InputError "what: 'text' is not a number" otherwise.
 double ParseNumber(const std::string& text, const std::string& what);
+// A configuration given as TYPE:NODES:GPUS_PER_NODE:LOCAL_BSZ[:ACCUM[:PURCHASE]] to `option`
+// (--current, --start); purchase on-demand when not given. InputError "option ...: ..." naming
+// the part that is wrong otherwise.
+search::Config ParseConfigArg(const std::string& text, const std::string& option);
 
 }  // namespace cloudtune::cli

@@ -11,6 +11,7 @@
 #include "estimator/core/error.h"
 #include "estimator/core/json_file.h"
 #include "estimator/core/types.h"
+#include "search/recommend.h"
 
 namespace cloudtune::cli {
 namespace {
@@ -163,6 +164,37 @@ LaunchPlan PlanFromRecommendation(const nlohmann::json& doc, const std::string& 
   }
   p.env["CLOUDTUNE"] = "1";
   p.env["CLOUDTUNE_INSTANCE_TYPE"] = p.instance_type;
+  return p;
+}
+
+LaunchPlan PlanFirstLaunch(search::Config start, const search::ObjectiveOptions& objective,
+                           const search::CostOptions& cost, const search::Catalog& catalog,
+                           std::string* reason) {
+  const int t = catalog.Find(start.type);
+  if (t < 0)
+    throw InputError("--start: instance type '" + start.type + "' is not in the catalog (" +
+                     catalog.source + ")");
+  const search::LaunchAdvice advice =
+      search::AdviseLaunch(catalog.types[t], start.nodes, objective, cost);
+  if (reason) *reason = advice.reason;
+  start.purchase = advice.purchase;
+  const nlohmann::json doc = {{"proposed",
+                               {{"config",
+                                 {{"instance_type", start.type},
+                                  {"nodes", start.nodes},
+                                  {"gpus_per_node", start.gpus_per_node},
+                                  {"local_bsz", start.local_bsz},
+                                  {"accum_steps", start.accum_steps},
+                                  {"purchase", core::PurchaseName(start.purchase)}}}}}};
+  LaunchPlan p = PlanFromRecommendation(doc, "--start", catalog);
+  p.env["CLOUDTUNE_OBJECTIVE"] = core::GoalName(objective.goal);
+  auto number = [](double v) {
+    std::ostringstream o;
+    o << v;
+    return o.str();
+  };
+  if (objective.deadline_h > 0) p.env["CLOUDTUNE_DEADLINE_HOURS"] = number(objective.deadline_h);
+  if (objective.budget_usd > 0) p.env["CLOUDTUNE_BUDGET_USD"] = number(objective.budget_usd);
   return p;
 }
 

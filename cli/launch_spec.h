@@ -18,6 +18,7 @@
 #include <string>
 
 #include "search/catalog.h"
+#include "search/search.h"
 
 namespace cloudtune::cli {
 
@@ -69,6 +70,15 @@ struct LaunchSpecOptions {
 // purchase other than spot/on-demand, more GPUs per node than the instance type has).
 LaunchPlan PlanFromRecommendation(const nlohmann::json& doc, const std::string& where,
                                   const search::Catalog& catalog);
+// A job's first launch (`launch-spec --start`), before anything is measured: `start` (its
+// instance type, nodes, GPUs per node, local batch and accumulation) bought as search::AdviseLaunch
+// advises for `objective` and `cost` (its reason in *reason), checked as a recommendation's
+// proposal is. The objective travels in env (CLOUDTUNE_OBJECTIVE; CLOUDTUNE_DEADLINE_HOURS and
+// CLOUDTUNE_BUDGET_USD when set). Throws cloudtune::InputError "--start: ..." for a type the
+// catalog does not know or a configuration it cannot run.
+LaunchPlan PlanFirstLaunch(search::Config start, const search::ObjectiveOptions& objective,
+                           const search::CostOptions& cost, const search::Catalog& catalog,
+                           std::string* reason);
 // Reads `path`: one JSON document (a recommendation) or a JSON Lines sidecar (its last
 // `recommendation` record, plus the `start` record's non-empty CLOUDTUNE_* options).
 LaunchPlan ReadLaunchPlan(const std::string& path, const search::Catalog& catalog);

@@ -1,7 +1,9 @@
 // cloudtune launch-spec SOURCE --format skypilot|pytorchjob|torchrun: what the user's engine runs
 // to act on a recommendation (cli/launch_spec.h). SOURCE is a sidecar, a `recommend --format json`
-// file, or a running job's endpoint (http://HOST:PORT, asked for GET /v1/recommendation).
+// file, or a running job's endpoint (http://HOST:PORT, asked for GET /v1/recommendation). With
+// --start instead of SOURCE: a new job's first launch, bought as search::AdviseLaunch advises.
 #include <chrono>
+#include <iostream>
 #include <string>
 
 #include "cli/commands.h"
@@ -9,15 +11,41 @@
 #include "estimator/core/env.h"
 #include "estimator/core/error.h"
 #include "estimator/core/json_file.h"
+#include "plugin/runtime/fit_and_search.h"
 #include "plugin/runtime/http_client.h"
+#include "plugin/runtime/options.h"
 
 namespace cloudtune::cli {
 namespace {
 
 struct LaunchArgs {
-  std::string source, format = "skypilot", catalog, out;
+  std::string source, format = "skypilot", catalog, out, start, objective;
+  double deadline = 0, budget = 0;
+  // Given on the command line (else CLOUDTUNE_DEADLINE_HOURS, CLOUDTUNE_BUDGET_USD).
+  CLI::Option *deadline_given = nullptr, *budget_given = nullptr;
   LaunchSpecOptions options;
 };
+
+// A new job's first launch: its objective and costs as the job will read them (the CLOUDTUNE_*
+// settings of this environment), overridden by --objective, --deadline and --budget.
+LaunchPlan FirstLaunch(const LaunchArgs& a, const search::Catalog& catalog) {
+  std::string error;
+  runtime::Options o = runtime::Options::FromEnv(&error);
+  if (!error.empty()) throw InputError(error);
+  core::Goal goal;
+  if (!a.objective.empty() && !core::ParseGoal(a.objective, &goal))
+    throw InputError("--objective: '" + a.objective + "' (expected cost or time)");
+  if (!a.objective.empty()) o.objective = a.objective;
+  if (a.deadline_given->count() > 0) o.deadline_hours = a.deadline;
+  if (a.budget_given->count() > 0) o.budget_usd = a.budget;
+  if (!o.IsValid(&error)) throw InputError("launch-spec --start: " + error);
+  const runtime::FitAndSearchOptions fo = runtime::SearchOptionsFrom(o, &catalog);
+  std::string reason;
+  LaunchPlan p = PlanFirstLaunch(ParseConfigArg(a.start, "--start"), fo.recommend.objective,
+                                 fo.recommend.cost, catalog, &reason);
+  std::cerr << "cloudtune: launch " << p.instance_type << " " << reason << "\n";
+  return p;
+}
 
 LaunchPlan FromEndpoint(const std::string& url, const search::Catalog& catalog) {
   runtime::HttpUrl u;
@@ -39,8 +67,16 @@ void Run(const LaunchArgs& a) {
   const std::string catalog_path =
       a.catalog.empty() ? core::GetEnv("CLOUDTUNE_CATALOG").value_or("") : a.catalog;
   const search::Catalog catalog = search::ResolveCatalog(catalog_path);
-  const LaunchPlan plan = a.source.rfind("http://", 0) == 0 ? FromEndpoint(a.source, catalog)
-                                                            : ReadLaunchPlan(a.source, catalog);
+  if (a.source.empty() == a.start.empty())
+    throw InputError(
+        "launch-spec: give either a SOURCE (a recommendation) or --start (a first "
+        "launch), not both");
+  if (!a.source.empty() &&
+      (!a.objective.empty() || a.deadline_given->count() > 0 || a.budget_given->count() > 0))
+    throw InputError("--objective, --deadline and --budget go with --start (a SOURCE has its own)");
+  const LaunchPlan plan = !a.start.empty()                    ? FirstLaunch(a, catalog)
+                          : a.source.rfind("http://", 0) == 0 ? FromEndpoint(a.source, catalog)
+                                                              : ReadLaunchPlan(a.source, catalog);
   std::string text;
   if (a.format == "skypilot") {
     text = SkyPilotTaskYaml(plan, a.options);
@@ -64,8 +100,19 @@ void RegisterLaunchSpecCommand(CLI::App& app) {
       "PyTorchJob (elastic) or a torchrun command");
   c->add_option("source", a->source,
                 "A job's sidecar, a `recommend --format json` file, or http://HOST:PORT of a "
-                "running job (CLOUDTUNE_HTTP)")
-      ->required();
+                "running job (CLOUDTUNE_HTTP)");
+  c->add_option("--start", a->start,
+                "Instead of SOURCE, a new job's first launch: TYPE:NODES:GPUS_PER_NODE:LOCAL_BSZ"
+                "[:ACCUM], on spot when the objective is cost with no deadline and spot's price "
+                "with its expected revocations is the lower (the reason goes to stderr)");
+  c->add_option("--objective", a->objective,
+                "With --start: cost or time (default $CLOUDTUNE_OBJECTIVE, else cost)");
+  a->deadline_given = c->add_option(
+      "--deadline", a->deadline,
+      "With --start: deadline in hours, 0 = none (default $CLOUDTUNE_DEADLINE_HOURS)");
+  a->budget_given =
+      c->add_option("--budget", a->budget,
+                    "With --start: budget in USD, 0 = none (default $CLOUDTUNE_BUDGET_USD)");
   c->add_option("--format", a->format, "skypilot, pytorchjob or torchrun (default skypilot)");
   c->add_option("--name", a->options.name, "Job name (default cloudtune-job)");
   c->add_option("--command", a->options.command,

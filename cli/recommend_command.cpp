@@ -76,34 +76,12 @@ void ParseGns(const std::string& arg, core::Snapshot* snap,
   }
 }
 
-// TYPE:NODES:GPUS_PER_NODE:LOCAL_BSZ[:ACCUM[:PURCHASE]]
+// --current TYPE:NODES:GPUS_PER_NODE:LOCAL_BSZ[:ACCUM[:PURCHASE]]
 void ParseCurrent(const std::string& s, core::Snapshot* snap) {
-  std::vector<std::string> p;
-  std::stringstream ss(s);
-  std::string x;
-  while (std::getline(ss, x, ':')) p.push_back(x);
-  if (p.size() < 4 || p.size() > 6)
-    throw InputError(
-        "--current: expected TYPE:NODES:GPUS_PER_NODE:LOCAL_BSZ[:ACCUM[:PURCHASE]], got '" + s +
-        "'");
-  auto integer = [&](const std::string& v, const char* what, int min) {
-    const double d = ParseNumber(v, std::string("--current ") + what);
-    if (d < min || d != std::floor(d))
-      throw InputError(std::string("--current ") + what + ": '" + v +
-                       "' must be an integer >= " + std::to_string(min));
-    return static_cast<int>(d);
-  };
-  core::ConfigKey& k = snap->current;
-  k.instance_type = p[0];
-  k.num_nodes = integer(p[1], "nodes", 1);
-  snap->gpus_per_node = integer(p[2], "gpus_per_node", 1);
-  k.num_replicas = k.num_nodes * snap->gpus_per_node;
-  k.local_bsz = integer(p[3], "local_bsz", 1);
-  if (p.size() > 4) k.accum_steps = integer(p[4], "accum", 0);
-  core::Purchase purchase = core::Purchase::kOnDemand;
-  if (p.size() > 5 && !core::ParsePurchase(p[5], &purchase))
-    throw InputError("--current purchase: '" + p[5] + "' (expected on-demand, spot or anchor)");
-  snap->purchase = purchase;
+  const search::Config c = ParseConfigArg(s, "--current");
+  snap->current = c.Key();
+  snap->gpus_per_node = c.gpus_per_node;
+  snap->purchase = c.purchase;
 }
 
 void Validate(const RecArgs& a) {

@@ -103,6 +103,39 @@ const char* ActionName(Recommendation::Action a) {
   return "?";
 }
 
+LaunchAdvice AdviseLaunch(const InstanceType& type, int nodes, const ObjectiveOptions& objective,
+                          const CostOptions& cost) {
+  LaunchAdvice a;
+  if (objective.goal != Goal::kCost) {
+    a.reason = "on demand: the objective is time";
+    return a;
+  }
+  if (objective.deadline_h > 0) {
+    a.reason = "on demand: a deadline, and the job's length is not known yet";
+    return a;
+  }
+  if (!type.has_spot()) {
+    a.reason = "on demand: " + type.name + " has no spot offer in the catalog";
+    return a;
+  }
+  const double od = HourlyPrice(type, nodes, Purchase::kOnDemand);
+  const RunEstimate spot = EstimateRun(
+      1.0, HourlyPrice(type, nodes, Purchase::kSpot),
+      ClusterRevocationRate(type, nodes, Purchase::kSpot), cost.checkpoint_s, cost.restart_s,
+      std::numeric_limits<double>::infinity(), cost.SavesOnNotice(cost.checkpoint_s));
+  std::ostringstream r;
+  r << std::fixed << std::setprecision(2) << "$" << spot.cost << " per hour of work on spot ("
+    << std::setprecision(1) << 100 * spot.overhead << "% for its expected revocations) vs $"
+    << std::setprecision(2) << od << " on demand";
+  if (spot.cost < od) {
+    a.purchase = Purchase::kSpot;
+    a.reason = "spot: " + r.str();
+  } else {
+    a.reason = "on demand: " + r.str();
+  }
+  return a;
+}
+
 std::optional<Config> InProcessBatch(const Recommendation& r, const Config& running) {
   if (!r.in_process || !r.in_process->config.SameHardware(running)) return {};
   return r.in_process->config;

@@ -130,6 +130,23 @@ std::optional<Config> InProcessBatch(const Recommendation& r, const Config& runn
 // current configuration, a profile type not in the catalog, or neither noise nor efficiency.
 Recommendation Recommend(const RecommendRequest& request);
 
+// How to buy the nodes of a job's first launch, before anything is measured (`cloudtune
+// launch-spec --start`; the replay launches its cloudtune job the same way). The step time is
+// unknown, but spot and on demand run the same hardware at the same speed, so their costs compare
+// per hour of work: spot when the objective is cost with no deadline, `type` sells spot, and an
+// hour of work on spot, with the overhead its expected revocations add (EstimateRun at the
+// catalog's rate for `nodes` nodes, with `cost`'s checkpoint and restart, saved on a notice when
+// cost.notice_s covers a checkpoint), costs less than an hour on demand. On demand otherwise: the
+// time goal does not buy spot's restarts, and whether a deadline leaves slack for them is unknown
+// until the job's length is. A job launched on demand moves to spot later, when its measurements
+// show it pays (a switch, CostOptions::switch_s).
+struct LaunchAdvice {
+  Purchase purchase = Purchase::kOnDemand;
+  std::string reason;  // one line: which rule decided, with the hourly prices compared
+};
+LaunchAdvice AdviseLaunch(const InstanceType& type, int nodes, const ObjectiveOptions& objective,
+                          const CostOptions& cost);
+
 // ---- building blocks (used by Recommend and the replay) -----------------------------------------
 
 // Step-time predictor from measured profiles: measured configurations use their measurement;

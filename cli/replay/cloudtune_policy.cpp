@@ -30,6 +30,16 @@ runtime::RuntimeSetup CloudtuneSetup(const Scenario& s) {
   return rs;
 }
 
+Config CloudtuneLaunch(const Scenario& s) {
+  Config c = s.start;
+  search::CostOptions cost = s.cost;
+  cost.notice_s = CloudtuneNoticeS(s);
+  c.purchase =
+      search::AdviseLaunch(s.catalog.types[s.catalog.Find(c.type)], c.nodes, s.objective, cost)
+          .purchase;
+  return c;
+}
+
 search::Recommendation CloudtuneDecide(const runtime::Runtime& rt, const JobView& job) {
   core::Snapshot snap;
   snap.profile = job.measured;

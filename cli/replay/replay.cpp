@@ -327,8 +327,8 @@ std::vector<PolicyResult> RunReplay(const Scenario& s, uint64_t seed, const Orac
     Simulator sim(s, seed, name);
     out.push_back(sim.Run(name, policy));
   };
-  // cloudtune: the runtime a live job runs, fed only the job's view (JobView); it starts by
-  // measuring the start configuration.
+  // cloudtune: the runtime a live job runs, fed only the job's view (JobView); it is launched in
+  // the start configuration as `cloudtune launch-spec --start` buys it, and starts by measuring it.
   auto run_cloudtune = [&](const std::string& name, int mixed_types) {
     runtime::RuntimeSetup setup = CloudtuneSetup(s);
     setup.options.mixed_types = mixed_types;
@@ -336,9 +336,9 @@ std::vector<PolicyResult> RunReplay(const Scenario& s, uint64_t seed, const Orac
     Simulator sim(s, seed, "cloudtune");  // the same measurement noise: what differs is mixing
     Decision cadence = CloudtuneCadence(setup.options);
     cadence.notice_s = CloudtuneNoticeS(s);
-    out.push_back(sim.RunBlind(name, cadence, [tuner, cadence](const JobView& job) {
-      return CloudtunePolicy(*tuner, cadence, job);
-    }));
+    out.push_back(sim.RunBlind(
+        name, CloudtuneLaunch(s), cadence,
+        [tuner, cadence](const JobView& job) { return CloudtunePolicy(*tuner, cadence, job); }));
   };
   run_cloudtune("cloudtune", runtime::Options{}.mixed_types);
   std::set<std::string> types;

@@ -176,12 +176,16 @@ runtime::RuntimeSetup CloudtuneSetup(const Scenario& s);
 // The seconds of the scenario's revocation warning the cloudtune job can act on: it watches for
 // notices at the live runtime's default polling interval.
 double CloudtuneNoticeS(const Scenario& s);
+// The configuration the cloudtune job is launched in: the start, bought as `cloudtune launch-spec
+// --start` advises (search::AdviseLaunch, with the job's objective and costs).
+Config CloudtuneLaunch(const Scenario& s);
 // One decision of the cloudtune policy: the runtime's fit-and-search on what the job has seen.
 search::Recommendation CloudtuneDecide(const runtime::Runtime& rt, const JobView& job);
 
 class Oracle;
 // Runs every policy on one seed. Deterministic for (scenario, seed).
-//  cloudtune          the runtime a live job runs (CloudtuneDecide), starting at the start; it
+//  cloudtune          the runtime a live job runs (CloudtuneDecide), launched in the start
+//                     configuration as AdviseLaunch buys it (CloudtuneLaunch); it
 //                     runs the mixed cluster the recommendation proposes (Recommendation::mixed,
 //                     when the spot capacity leaves a type short; its truth composed from the
 //                     measurements, cli/replay/mixed_truth.h, else not offered), keeps a running

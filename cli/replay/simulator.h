@@ -273,14 +273,15 @@ class Simulator {
     job.spot_exposure = exposure_;
     return job;
   }
-  // Runs a policy that sees only the job's view. It starts by measuring the start configuration
-  // for as long as `first` says (its own cadence).
-  PolicyResult RunBlind(const std::string& name, const Decision& first,
+  // Runs a policy that sees only the job's view. It is launched in `launch` (the start
+  // configuration, bought as the policy chooses) and starts by measuring it for as long as `first`
+  // says (its own cadence).
+  PolicyResult RunBlind(const std::string& name, const Config& launch, const Decision& first,
                         const std::function<Decision(const JobView&)>& policy) {
     return Run(name, [&](Simulator& sim, const Config& cur, bool is_first) -> Decision {
       if (is_first) {
         Decision d = first;
-        d.config = sim.s_.start;
+        d.config = launch;
         d.measure = true;
         return d;
       }

@@ -193,6 +193,40 @@ TEST(LaunchSpec, SidecarCarriesTheJobsSettings) {
             std::string::npos);
 }
 
+// A new job's first launch: the start configuration, on spot for the cost goal without a deadline
+// (the reason on stderr), on demand with one; the objective travels in the job's environment; bad
+// input is named.
+TEST(LaunchSpecCli, AFirstLaunchIsBoughtAsAdvised) {
+  auto r = cli_test::RunCli("launch-spec --start g4dn.12xlarge:2:4:64 --budget 50");
+  ASSERT_EQ(r.status, 0) << r.err;
+  YAML::Node y = YAML::Load(r.out);
+  EXPECT_EQ(y["resources"]["instance_type"].as<std::string>(), "g4dn.12xlarge");
+  EXPECT_TRUE(y["resources"]["use_spot"].as<bool>());
+  EXPECT_EQ(y["num_nodes"].as<int>(), 2);
+  EXPECT_EQ(y["envs"]["CLOUDTUNE_OBJECTIVE"].as<std::string>(), "cost");
+  EXPECT_EQ(y["envs"]["CLOUDTUNE_BUDGET_USD"].as<std::string>(), "50");
+  EXPECT_NE(r.err.find("cloudtune: launch g4dn.12xlarge spot: $"), std::string::npos) << r.err;
+  r = cli_test::RunCli("launch-spec --start g4dn.12xlarge:2:4:64 --deadline 5 --format torchrun");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("--nnodes=2:2"), std::string::npos) << r.out;  // on demand: not elastic
+  EXPECT_NE(r.out.find("CLOUDTUNE_DEADLINE_HOURS='5'"), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("on demand: a deadline"), std::string::npos) << r.err;
+  r = cli_test::RunCli("launch-spec --start nosuch.type:1:1:8");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.err.find("--start: instance type 'nosuch.type' is not in the catalog"),
+            std::string::npos)
+      << r.err;
+  r = cli_test::RunCli("launch-spec --start g4dn.12xlarge:1:x:8");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.err.find("--start gpus_per_node: 'x' is not a number"), std::string::npos) << r.err;
+  r = cli_test::RunCli("launch-spec " + kRecommendation + " --start g4dn.12xlarge:1:1:8");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.err.find("not both"), std::string::npos) << r.err;
+  r = cli_test::RunCli("launch-spec --start g4dn.12xlarge:1:1:8 --objective fast");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.err.find("--objective: 'fast'"), std::string::npos) << r.err;
+}
+
 TEST(LaunchSpecCli, ReadsAFileAndAJobsEndpoint) {
   auto r = cli_test::RunCli("launch-spec " + kSidecar + " --format pytorchjob --image img:1");
   ASSERT_EQ(r.status, 0) << r.err;

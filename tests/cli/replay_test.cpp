@@ -298,7 +298,8 @@ TEST(Replay, CloudtuneDecidesAtTheLiveRuntimesCadence) {
   const auto res = RunReplay(s, 1);
   const PolicyResult& ct = Find(res, "cloudtune");
   ASSERT_GE(ct.schedule.size(), 2u);
-  EXPECT_EQ(ct.schedule[0].rfind("0.00 h: " + s.start.ToString() + " (measuring)", 0), 0u)
+  EXPECT_EQ(ct.schedule[0].rfind("0.00 h: " + CloudtuneLaunch(s).ToString() + " (measuring)", 0),
+            0u)
       << ct.schedule[0];
   // The first change comes after that window (the schedule prints hours to 2 decimals).
   EXPECT_NEAR(std::stod(ct.schedule[1]), first_h, 0.006) << ct.schedule[1];
@@ -333,6 +334,25 @@ TEST(Replay, CloudtuneDecidesAtTheLiveRuntimesCadence) {
   }
   EXPECT_GE(quick, 2);
   EXPECT_NE(ct_ncf.schedule.back().find("= 23212"), std::string::npos) << ct_ncf.schedule.back();
+}
+
+// The job is launched as `cloudtune launch-spec --start` advises: the start on spot for a cost goal
+// without a deadline (the replay's fixed-spot baseline is launched there too), on demand under a
+// deadline. ncf's whole run takes about a minute at the batch it grows to: launched on demand, the
+// job paid a 180-s switch to reach spot and cost 6x the oracle; launched on spot it pays none.
+TEST(Replay, CloudtuneIsLaunchedAsLaunchSpecAdvises) {
+  CLOUDTUNE_NEEDS_SHARED_DATA();
+  const Scenario ncf = LoadScenario(kScenarios + "/pollux-ncf-measured.json");
+  ASSERT_EQ(ncf.start.purchase, Purchase::kOnDemand);
+  EXPECT_EQ(CloudtuneLaunch(ncf).purchase, Purchase::kSpot);
+  const auto res = RunReplay(ncf, 1);
+  const PolicyResult& ct = Find(res, "cloudtune");
+  ASSERT_TRUE(ct.finished);
+  EXPECT_NE(ct.schedule[0].find(" spot, "), std::string::npos) << ct.schedule[0];
+  EXPECT_LT(ct.cost, 1.25 * Find(res, "oracle").cost);
+  EXPECT_LT(ct.cost, Find(res, "fixed-spot").cost);
+  const Scenario deadline = LoadScenario(kScenarios + "/pollux-cifar10-deadline.json");
+  EXPECT_EQ(CloudtuneLaunch(deadline).purchase, Purchase::kOnDemand);
 }
 
 // When early predictions say no configuration meets the deadline, the job moves to the one

@@ -35,6 +35,40 @@ RecommendRequest MeasuredOnT4() {
   return req;
 }
 
+// A first launch before anything is measured: spot for the cost goal without a deadline when an
+// hour of work there, revocations priced in, costs less than on demand; on demand for the time
+// goal, under a deadline, for a type with no spot offer, or when spot (with its revocations) is the
+// dearer.
+TEST(Recommend, AFirstLaunchBuysSpotOnlyForCostWithoutADeadline) {
+  const Catalog& catalog = DefaultCatalog();
+  const InstanceType& t4 = catalog.types[catalog.Find("g4dn.12xlarge")];
+  ASSERT_TRUE(t4.has_spot());
+  ObjectiveOptions cost;
+  const LaunchAdvice spot = AdviseLaunch(t4, 2, cost, CostOptions{});
+  EXPECT_EQ(spot.purchase, Purchase::kSpot) << spot.reason;
+  EXPECT_EQ(spot.reason.rfind("spot: $", 0), 0u) << spot.reason;
+  ObjectiveOptions budget = cost;
+  budget.budget_usd = 100;
+  EXPECT_EQ(AdviseLaunch(t4, 2, budget, CostOptions{}).purchase, Purchase::kSpot);
+  ObjectiveOptions deadline = cost;
+  deadline.deadline_h = 10;
+  const LaunchAdvice d = AdviseLaunch(t4, 2, deadline, CostOptions{});
+  EXPECT_EQ(d.purchase, Purchase::kOnDemand);
+  EXPECT_NE(d.reason.find("deadline"), std::string::npos) << d.reason;
+  ObjectiveOptions time;
+  time.goal = Goal::kTime;
+  EXPECT_EQ(AdviseLaunch(t4, 2, time, CostOptions{}).purchase, Purchase::kOnDemand);
+  InstanceType no_spot = t4;
+  no_spot.spot_per_hour = -1;
+  EXPECT_EQ(AdviseLaunch(no_spot, 2, cost, CostOptions{}).purchase, Purchase::kOnDemand);
+  // Revoked often enough that the restarts and lost work outweigh the discount.
+  InstanceType stormy = t4;
+  stormy.revocation_per_hour = 20;
+  const LaunchAdvice s = AdviseLaunch(stormy, 2, cost, CostOptions{});
+  EXPECT_EQ(s.purchase, Purchase::kOnDemand) << s.reason;
+  EXPECT_NE(s.reason.find("on demand: $"), std::string::npos) << s.reason;
+}
+
 // Under a budget without a deadline, when no spot node can be had now and on demand would overrun
 // the budget, the job waits for the spot capacity (a spot cluster pays nothing while it waits);
 // with the waiting turned off it takes what can be had now.
