@@ -10,6 +10,15 @@ double CloudtuneNoticeS(const Scenario& s) {
   return runtime::UsableNoticeSeconds(s.warning_s, runtime::Options{}.preemption_poll_seconds);
 }
 
+namespace {
+// The job's costs as its runtime prices them: the scenario's, and it watches for notices.
+search::CostOptions CloudtuneCost(const Scenario& s) {
+  search::CostOptions c = s.cost;
+  c.notice_s = CloudtuneNoticeS(s);
+  return c;
+}
+}  // namespace
+
 // The runtime options of the scenario's job: its objective and target; the search is restricted to
 // the traced configurations (the truth exists only for those), priced with the scenario's catalog.
 runtime::RuntimeSetup CloudtuneSetup(const Scenario& s) {
@@ -21,8 +30,7 @@ runtime::RuntimeSetup CloudtuneSetup(const Scenario& s) {
   rs.customize = [&s](runtime::FitAndSearchOptions* fo) {
     fo->catalog = &s.catalog;
     fo->instance_type.clear();  // the snapshot's current configuration says
-    fo->recommend.cost = s.cost;
-    fo->recommend.cost.notice_s = CloudtuneNoticeS(s);
+    fo->recommend.cost = CloudtuneCost(s);
     fo->recommend.measure_s = s.measure_s;
     fo->recommend.decide_again_s = s.decision_interval_s;
     fo->candidates = s.candidates;
@@ -32,11 +40,9 @@ runtime::RuntimeSetup CloudtuneSetup(const Scenario& s) {
 
 Config CloudtuneLaunch(const Scenario& s) {
   Config c = s.start;
-  search::CostOptions cost = s.cost;
-  cost.notice_s = CloudtuneNoticeS(s);
-  c.purchase =
-      search::AdviseLaunch(s.catalog.types[s.catalog.Find(c.type)], c.nodes, s.objective, cost)
-          .purchase;
+  c.purchase = search::AdviseLaunch(s.catalog.types[s.catalog.Find(c.type)], c.nodes, s.objective,
+                                    CloudtuneCost(s))
+                   .purchase;
   return c;
 }
 

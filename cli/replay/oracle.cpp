@@ -555,9 +555,7 @@ class Solver {
     }
     for (size_t c = 0; c < C; ++c) {
       if (T.spot_nodes[c] == 0 || !s.spot.count(T.configs[c].type)) continue;  // done above
-      const int cls0 = static_cast<int>(c) == T.start || static_cast<int>(c) == T.start_spot ? 0
-                       : T.group[c] == T.group[T.start]                                      ? 1
-                                                                                             : 2;
+      const int cls0 = LaunchClass(c);
       std::vector<double> run_v(K, kInf), idle_v(K, kInf), run_n(K, kInf), idle_n(K, kInf);
       double best = kInf, best_t = kInf;
       const double price = T.price[c], window_cost = T.W / 3600 * price;
