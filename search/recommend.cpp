@@ -652,6 +652,7 @@ Recommendation Recommend(const RecommendRequest& req) {
   p.objective = req.options.objective;
   // A prediction that proves optimistic is corrected within a switch and a measurement.
   p.objective.uncorrectable_h = (req.options.cost.switch_s + req.options.measure_s) / 3600;
+  p.objective.correction_h = req.options.cost.switch_s / 3600;  // ... by a switch
   p.cost = req.options.cost;
   p.remaining_progress = to - from;
   p.current = &current;

@@ -182,6 +182,8 @@ bool ObjectiveOptions::IsValid(std::string* error) const {
     bad = "constraint_sigmas must be >= 0";
   else if (!(uncorrectable_h >= 0) || !std::isfinite(uncorrectable_h))
     bad = "uncorrectable_h must be >= 0";
+  else if (!(correction_h >= 0) || !std::isfinite(correction_h))
+    bad = "correction_h must be >= 0";
   if (bad && error) *error = bad;
   return bad == nullptr;
 }
@@ -195,7 +197,9 @@ double MarginFactor(const ObjectiveOptions& o, double hours, double log_sigma) {
 }  // namespace
 
 double ObjectiveOptions::DeadlineMiss(double hours, double log_sigma) const {
-  return deadline_h > 0 ? hours * MarginFactor(*this, hours, log_sigma) / deadline_h : 0.0;
+  return deadline_h > 0
+             ? (hours * MarginFactor(*this, hours, log_sigma) + correction_h) / deadline_h
+             : 0.0;
 }
 
 double ObjectiveOptions::BudgetMiss(double hours, double cost, double log_sigma) const {

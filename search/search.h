@@ -111,6 +111,10 @@ struct ObjectiveOptions {
   // (Evaluation::log_sigma) above it. 0 hours = the median estimate fits. Both >= 0.
   double uncorrectable_h = 0;
   double constraint_sigmas = 1.0;
+  // Hours a correction takes (a switch; >= 0): the rule above lets a job correct an optimistic
+  // estimate, and a correction is a switch, so under a deadline a run must also leave that long
+  // before it, at its median and margin (0 = none).
+  double correction_h = 0;
   bool IsValid(std::string* error) const;
   // How far hours and cost (log-normal with `log_sigma`), margin included, reach into the
   // deadline and the budget (<= 1 meets it; 0 when there is none), and the larger of the two.

@@ -1,5 +1,7 @@
 // The cloudtune policy of the replay: the runtime a live job constructs (CloudtuneSetup), fed only
 // what the job has seen (CloudtuneDecide).
+#include <algorithm>
+
 #include "cli/replay/replay.h"
 #include "plugin/runtime/preemption.h"
 #include "plugin/runtime/runtime.h"
@@ -38,12 +40,17 @@ runtime::RuntimeSetup CloudtuneSetup(const Scenario& s) {
   return rs;
 }
 
-Config CloudtuneLaunch(const Scenario& s) {
+Config CloudtuneLaunch(const Scenario& s, int spot_nodes) {
   Config c = s.start;
   c.purchase = search::AdviseLaunch(s.catalog.types[s.catalog.Find(c.type)], c.nodes, s.objective,
                                     CloudtuneCost(s))
                    .purchase;
-  return c;
+  if (c.purchase != Purchase::kSpot || spot_nodes >= c.nodes) return c;
+  Config fewer = c;
+  fewer.nodes = std::max(1, spot_nodes);
+  const bool traced = std::any_of(s.candidates.begin(), s.candidates.end(),
+                                  [&fewer](const Config& t) { return t.Key() == fewer.Key(); });
+  return traced ? fewer : c;
 }
 
 search::Recommendation CloudtuneDecide(const runtime::Runtime& rt, const JobView& job) {

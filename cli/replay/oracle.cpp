@@ -5,6 +5,7 @@
 #include <iomanip>
 #include <limits>
 #include <map>
+#include <set>
 #include <sstream>
 #include <tuple>
 
@@ -129,6 +130,13 @@ struct Oracle::Tables {
   std::vector<float> finish[3];
   int start = -1;       // the start configuration, on demand
   int start_spot = -1;  // the same launched on spot (as the fixed-spot baseline is), if any
+  // Launched without a switch: the start on demand or on spot, and, on a spot capacity trace, on
+  // spot on fewer of its nodes (an elastic launch on the nodes the market has, as the cloudtune job
+  // is launched).
+  std::vector<char> free_launch;
+  // The switch class of each configuration run first: 0 for a free launch, 1 (a batch switch) on
+  // the instances of one, else 2.
+  std::vector<int> launch_class;
   explicit Tables(const Scenario& s, double w) : model(s, w) {}
   size_t At(size_t c, int k) const { return c * K + k; }
 };
@@ -178,8 +186,13 @@ Oracle::Oracle(const Scenario& s, const OracleOptions& o) : s_(s), o_(o) {
     for (int k = 0; k < T.K; ++k) keep[arg[k]] = 1;
   }
   reach.clear();
-  for (size_t i = 0; i < s.candidates.size(); ++i)
-    if (s.candidates[i] == s.start) keep[i] = 1;
+  for (size_t i = 0; i < s.candidates.size(); ++i) {  // the launches (Tables::free_launch)
+    Config elastic = s.start;
+    elastic.nodes = s.candidates[i].nodes;
+    if (s.candidates[i] == s.start ||
+        (s.candidates[i] == elastic && elastic.nodes < s.start.nodes && s.spot.count(elastic.type)))
+      keep[i] = 1;
+  }
 
   std::map<std::tuple<std::string, int, int, int>, int> groups;
   for (size_t i = 0; i < s.candidates.size(); ++i) {
@@ -196,6 +209,11 @@ Oracle::Oracle(const Scenario& s, const OracleOptions& o) : s_(s), o_(o) {
       Config spot_start = s.start;
       spot_start.purchase = Purchase::kSpot;
       if (c == spot_start) T.start_spot = static_cast<int>(T.configs.size());
+      Config elastic = spot_start;
+      elastic.nodes = c.nodes;
+      T.free_launch.push_back(
+          c == s.start || c == spot_start ||
+          (c == elastic && c.nodes < s.start.nodes && s.spot.count(c.type) > 0));
       const auto key = std::make_tuple(c.type, c.nodes, c.gpus_per_node, static_cast<int>(p));
       const int g = groups.emplace(key, static_cast<int>(groups.size())).first->second;
       T.configs.push_back(c);
@@ -206,6 +224,11 @@ Oracle::Oracle(const Scenario& s, const OracleOptions& o) : s_(s), o_(o) {
     }
   }
   const size_t C = T.configs.size();
+  std::set<int> launch_groups;
+  for (size_t c = 0; c < C; ++c)
+    if (T.free_launch[c]) launch_groups.insert(T.group[c]);
+  for (size_t c = 0; c < C; ++c)
+    T.launch_class.push_back(T.free_launch[c] ? 0 : launch_groups.count(T.group[c]) ? 1 : 2);
   for (int cls = 0; cls < 3; ++cls) {
     T.switch_s[cls] = cls == 0 ? 0 : cls == 1 ? s.cost.batch_switch_s : s.cost.switch_s;
     T.next_lo[cls].assign(C * T.K, T.K);
@@ -291,8 +314,8 @@ class Solver {
     // window's).
     const size_t S = (C + 1) * K;
     std::vector<double> V(S, kInf), N(S, kInf), X(carry ? S : 0, 0.0), NX(carry ? S : 0, 0.0);
-    V[T.At(T.start, 0)] = 0;
-    if (T.start_spot >= 0) V[T.At(T.start_spot, 0)] = 0;
+    for (size_t c = 0; c < C; ++c)
+      if (T.free_launch[c]) V[T.At(c, 0)] = 0;
     std::vector<double> any(K), grp;
     std::vector<int32_t> any_at(K), grp_at;
     int groups = 0;
@@ -411,15 +434,9 @@ class Solver {
     }
   }
 
-  // The switch class of running configuration c first: none for the start configuration (on
-  // demand or on spot), a batch switch on its instances (either purchase), else a switch.
-  int LaunchClass(size_t c) const {
-    const int i = static_cast<int>(c);
-    if (i == T.start || i == T.start_spot) return 0;
-    const bool same = T.group[c] == T.group[T.start] ||
-                      (T.start_spot >= 0 && T.group[c] == T.group[T.start_spot]);
-    return same ? 1 : 2;
-  }
+  // The switch class of running configuration c first: none for a free launch
+  // (Tables::free_launch), a batch switch on the instances of one, else a switch.
+  int LaunchClass(size_t c) const { return T.launch_class[c]; }
 
   // The position (levels) after a window on T's entry `at` (level k) from f in [0, 1) levels
   // beyond k: between that level's and the next one's (a finish there counts as the target),

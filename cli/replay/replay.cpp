@@ -337,7 +337,7 @@ std::vector<PolicyResult> RunReplay(const Scenario& s, uint64_t seed, const Orac
     Decision cadence = CloudtuneCadence(setup.options);
     cadence.notice_s = CloudtuneNoticeS(s);
     out.push_back(sim.RunBlind(
-        name, CloudtuneLaunch(s), cadence,
+        name, CloudtuneLaunch(s, sim.SpotAvailable(s.start.type)), cadence,
         [tuner, cadence](const JobView& job) { return CloudtunePolicy(*tuner, cadence, job); }));
   };
   run_cloudtune("cloudtune", runtime::Options{}.mixed_types);

@@ -47,7 +47,10 @@
 // plain theory's gain from the noise trace (a model). Spot capacity ("spot"): a type with a trace
 // can only get the spot nodes the trace says are available; a running spot cluster is revoked when
 // the capacity drops below what it holds (roll back to the last checkpoint, restart_s), and waits,
-// paying only its on-demand anchor, until the capacity is back. Types without a trace keep the
+// paying only its on-demand anchor, until the capacity is back. A job that waits is not running: a
+// window it spends waiting measures nothing (no step time, no gradient statistics), and a window
+// that measures (or follows a switch) starts when it runs, the policy being asked again after a
+// decision interval of waiting. Types without a trace keep the
 // catalog's revocation rate. Revocations: a spot/anchor cluster is revoked when its cumulative
 // hazard (catalog rate × nodes × training time) crosses the next Exp(1) threshold; the thresholds
 // depend on the seed only, so all policies face the same revocation luck (common random numbers). A
@@ -177,8 +180,10 @@ runtime::RuntimeSetup CloudtuneSetup(const Scenario& s);
 // notices at the live runtime's default polling interval.
 double CloudtuneNoticeS(const Scenario& s);
 // The configuration the cloudtune job is launched in: the start, bought as `cloudtune launch-spec
-// --start` advises (search::AdviseLaunch, with the job's objective and costs).
-Config CloudtuneLaunch(const Scenario& s);
+// --start` advises (search::AdviseLaunch, with the job's objective and costs). On spot it starts
+// elastically, as launch-spec writes it (at least one node): on the `spot_nodes` the market has at
+// launch when they are fewer than the start's, at least one (when that configuration is traced).
+Config CloudtuneLaunch(const Scenario& s, int spot_nodes);
 // One decision of the cloudtune policy: the runtime's fit-and-search on what the job has seen.
 search::Recommendation CloudtuneDecide(const runtime::Runtime& rt, const JobView& job);
 

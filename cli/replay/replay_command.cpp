@@ -3,6 +3,7 @@
 #include <cmath>
 #include <iomanip>
 #include <iostream>
+#include <limits>
 #include <map>
 #include <memory>
 #include <sstream>
@@ -20,6 +21,8 @@ namespace cloudtune::cli {
 using core::Median;
 
 namespace {
+
+constexpr double kInfinity = std::numeric_limits<double>::infinity();
 
 // Replays every seed (the seeds at once on `jobs` threads, 0 = one per core): each run has its own
 // simulator and runtime, the scenario and the oracle's tables are only read. Results in seed order.
@@ -132,7 +135,7 @@ nlohmann::json PrintSummary(std::ostream& os, const Totals& t) {
     os << "  time goal: cloudtune makespan / oracle makespan " << std::setprecision(3)
        << Median(t.time_vs_oracle) << "x (median of " << t.time_vs_oracle.size()
        << " runs; vs the oracle's bound " << Median(t.time_vs_oracle_bound) << "x)\n";
-  os << "  deadline or budget missed (runs):";
+  os << "  deadline or budget missed, or not finished (runs):";
   for (const auto& [policy, n] : t.misses) os << " " << policy << " " << n << ";";
   if (t.misses.empty()) os << " none";
   os << " cloudtune missed where the oracle met: " << t.oracle_met_cloudtune_missed << "\n";
@@ -243,11 +246,12 @@ void RegisterReplayCommand(CLI::App& app) {
             oracle_met = r.finished && r.deadline_met && r.budget_met;
           }
           if (r.policy == "fixed-on-demand") fixed = r.cost;
-          if (r.policy == "fixed-spot") fixed_spot = r.cost;
+          if (r.policy == "fixed-spot" && r.finished) fixed_spot = r.cost;
           if (r.policy == "cloudtune")
-            cloudtune = r.cost, cloudtune_met = r.deadline_met, cloudtune_h = r.makespan_h;
+            cloudtune = r.cost, cloudtune_met = r.finished && r.deadline_met,
+            cloudtune_h = r.makespan_h;
           if (r.policy == "hindsight-fixed") hindsight_fixed = r.cost;
-          if (r.policy == "uniform-progress") up = r.cost, up_met = r.deadline_met;
+          if (r.policy == "uniform-progress") up = r.cost, up_met = r.finished && r.deadline_met;
           if (r.policy == "cloudtune-one-type") one_type = &r;
           if (r.policy == "cloudtune") ct = &r;
         }
@@ -266,29 +270,32 @@ void RegisterReplayCommand(CLI::App& app) {
         nlohmann::json run = {
             {"scenario", s.name}, {"seed", seed}, {"policies", nlohmann::json::array()}};
         for (auto& r : res) {
-          const double rel = oracle > 0 ? r.cost / oracle : NAN;
+          // A policy that never reaches the target buys nothing at any cost: infinitely dear (and
+          // it has missed whatever it was asked, a constraint or not).
+          const double rel = !(oracle > 0) ? NAN : r.finished ? r.cost / oracle : kInfinity;
+          const bool met = r.finished && r.deadline_met && r.budget_met;
           t.rel_by_policy[r.policy].push_back(rel);
           os << std::left << std::setw(18) << r.policy << std::right << std::fixed
              << std::setprecision(2) << std::setw(12) << r.cost << std::setw(12) << r.makespan_h
              << std::setw(10) << r.switches << std::setw(8) << r.revocations << std::setw(8)
              << r.measurements << std::setw(12) << r.exploration_cost << std::setw(10) << r.waited_h
              << std::setw(10) << std::setprecision(3) << rel << "x" << std::setw(10)
-             << (s.objective.deadline_h > 0 || s.objective.budget_usd > 0
-                     ? (r.deadline_met && r.budget_met ? "met" : "MISSED")
-                     : "-")
+             << (s.objective.deadline_h > 0 || s.objective.budget_usd > 0 ? (met ? "met" : "MISSED")
+                                                                          : "-")
              << (r.finished ? "" : "  (did not finish)") << "\n";
-          if (!(r.deadline_met && r.budget_met)) ++t.misses[r.policy];
+          if (!met) ++t.misses[r.policy];
           run["policies"].push_back(PolicyJson(r, rel));
           if (r.policy == "cloudtune") {
             if (s.objective.goal != core::Goal::kTime) {
               t.rel_oracle.push_back(rel);
               if (oracle > 0 && oracle_lower > 0)
-                t.rel_oracle_bound.push_back(r.cost / oracle_lower);
+                t.rel_oracle_bound.push_back(r.finished ? r.cost / oracle_lower : kInfinity);
             }
-            t.saving_fixed.push_back(1 - r.cost / fixed);
-            if (fixed_spot > 0) t.saving_spot.push_back(1 - r.cost / fixed_spot);
-            t.explore_share.push_back(r.exploration_cost / r.cost);
-            if (oracle_met && !(r.deadline_met && r.budget_met)) ++t.oracle_met_cloudtune_missed;
+            t.saving_fixed.push_back(r.finished ? 1 - r.cost / fixed : -kInfinity);
+            if (fixed_spot > 0)
+              t.saving_spot.push_back(r.finished ? 1 - r.cost / fixed_spot : -kInfinity);
+            t.explore_share.push_back(r.cost > 0 ? r.exploration_cost / r.cost : 0.0);
+            if (oracle_met && !met) ++t.oracle_met_cloudtune_missed;
           }
         }
         jr["runs"].push_back(run);

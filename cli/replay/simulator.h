@@ -168,7 +168,9 @@ class Simulator {
       running.redecide_on_revocation = d.redecide_on_revocation;
       if (d.checkpoint_interval_s > 0) running.tau_s = d.checkpoint_interval_s;
       running.notice_s = d.notice_s;
-      RunWindow(running, window, &r);
+      // A window that measures (or follows a switch) is the job's own: it starts when the job
+      // runs, and the job waiting for spot capacity is asked again after a decision interval.
+      RunWindow(running, window, &r, soon ? s_.decision_interval_s : 0);
       if (mixed_) r.mixed_hours += t_h_ - h0;
       if (measuring && !first) {
         r.exploration_cost += cost_ - c0;
@@ -181,7 +183,7 @@ class Simulator {
       // A full decision at the decision interval, after a measurement, after a move to other
       // hardware (the live job decides again on the new configuration's first record) and on a
       // revocation; in between, a batch-only one (Decision::retune_s).
-      since_decision_s += window;
+      since_decision_s += (t_h_ - h0) * 3600;
       const bool batch_only = d.retune_s > 0 && !waiting_ && !measuring && !mixed_ &&
                               !(soon && hardware_switched) &&
                               since_decision_s < s_.decision_interval_s - 1e-6;
@@ -279,9 +281,9 @@ class Simulator {
   PolicyResult RunBlind(const std::string& name, const Config& launch, const Decision& first,
                         const std::function<Decision(const JobView&)>& policy) {
     return Run(name, [&](Simulator& sim, const Config& cur, bool is_first) -> Decision {
-      if (is_first) {
+      if (is_first || sim.observations().empty()) {  // nothing measured yet: it still measures
         Decision d = first;
-        d.config = launch;
+        d.config = is_first ? launch : cur;
         d.measure = true;
         return d;
       }
@@ -410,13 +412,17 @@ class Simulator {
     since_ckpt_s_ = 0;
   }
 
-  void RunWindow(const Running& run, double window_s, PolicyResult* r) {
+  // Runs `window_s` seconds; with `wait_cap_s` > 0, seconds of training (waiting for spot capacity
+  // does not count), unless it waits `wait_cap_s` seconds in all.
+  void RunWindow(const Running& run, double window_s, PolicyResult* r, double wait_cap_s = 0) {
     const double price = run.price, rate = run.hazard_rate, ckpt = run.checkpoint_s;
     const double tau_s = run.tau_s, batch = run.batch, waiting_price = run.waiting_price;
     // Time since the last checkpoint carries over from window to window (checkpoints follow the
     // Young/Daly interval of the running configuration, not the decision windows).
     double left = window_s;
     double& since_ckpt = since_ckpt_s_;
+    const double trained_at_start = trained_s_;
+    double waited_s = 0;
     const bool traced = std::any_of(run.spot.begin(), run.spot.end(),
                                     [](const Running::SpotPart& p) { return p.trace; });
     const auto untraced = std::find_if(run.spot.begin(), run.spot.end(),
@@ -435,9 +441,15 @@ class Simulator {
             }
           }
           waiting_ = true;
-          Advance(chunk / 3600.0, waiting_price);
-          r->waited_h += chunk / 3600.0;
-          left -= chunk;
+          const double w = wait_cap_s > 0 ? std::min(kNoiseRecordS, wait_cap_s - waited_s) : chunk;
+          Advance(w / 3600.0, waiting_price);
+          r->waited_h += w / 3600.0;
+          if (wait_cap_s > 0) {
+            waited_s += w;
+            if (waited_s >= wait_cap_s - 1e-9) break;
+          } else {
+            left -= w;
+          }
           continue;
         }
         if (waiting_ && running_) Advance(s_.cost.restart_s / 3600.0, price);  // back: restart
@@ -458,6 +470,7 @@ class Simulator {
               1.0, s_.measured->StepsBetween(batch, metric_, std::max(metric_, s_.target_metric)) *
                        run.step_time / chunk);
         Advance(frac * chunk / 3600.0, price);
+        trained_s_ += frac * chunk;
         progress_ = s_.target_progress;
         metric_ = std::max(metric_, s_.target_metric);
         break;
@@ -465,6 +478,7 @@ class Simulator {
       progress_ += dp;
       metric_ = metric;
       Advance(chunk / 3600.0, price);
+      trained_s_ += chunk;
       RecordNoise(batch);
       for (const auto& part : run.spot)
         exposure_[part.type].node_hours += part.nodes * chunk / 3600.0;
@@ -490,10 +504,11 @@ class Simulator {
         next_revocation_ = std::exponential_distribution<double>(1.0)(revocation_rng_);
       }
     }
-    // What the hooks measured during the window: the mean step time with log-normal noise.
+    // What the hooks measured during the window: the mean step time with log-normal noise; nothing
+    // when the job did not train in it (it waited for spot capacity throughout).
     std::normal_distribution<double> z(0.0, 1.0);
     const double noise = std::exp(s_.step_noise_sigma * z(rng_));
-    if (run.observed) {
+    if (run.observed && trained_s_ > trained_at_start) {
       Observation& o = obs_[run.key];
       o.sum += run.step_time * noise;
       o.sync = run.sync_time * noise;
@@ -513,6 +528,7 @@ class Simulator {
   double progress_ = 0, last_ckpt_progress_ = 0, t_h_ = 0, cost_ = 0;
   double explore_cost_ = 0, explore_h_ = 0;
   double since_ckpt_s_ = 0;                   // training seconds since the last checkpoint
+  double trained_s_ = 0;                      // seconds the job has trained (not waited)
   double spot_offset_s_ = 0;                  // where this seed starts in the spot traces
   double metric_ = 0, last_ckpt_metric_ = 0;  // measured truth: best validation metric reached
   bool running_ = false;  // the current configuration has run (a later loss is a revocation)

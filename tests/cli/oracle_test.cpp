@@ -71,7 +71,8 @@ struct Best {
 
 // Every schedule of `windows` windows over every configuration (all purchases) and idling, in the
 // oracle's window model with exact progress: the optimum the oracle approximates. A job that has
-// waited since time 0 launches as from the start (the start itself, on demand or spot, for free).
+// waited since time 0 launches as from the start (the start itself, on demand or spot, or on spot
+// on fewer of its nodes, for free).
 Best BruteForce(const Scenario& s, int windows) {
   const WindowModel model(s, 0);
   const double W = model.window_s();
@@ -91,6 +92,15 @@ Best BruteForce(const Scenario& s, int windows) {
     if (!(all[i] == x)) continue;
     if (x.purchase == Purchase::kOnDemand) start_od = i;
     if (x.purchase == Purchase::kSpot) start_spot = i;
+  }
+  // Launched free: the start on demand or on spot, or on spot on fewer of its nodes (elastic).
+  std::vector<char> free(idle, 0);
+  for (int i = 0; i < idle; ++i) {
+    Config elastic = s.start;
+    elastic.purchase = Purchase::kSpot;
+    elastic.nodes = all[i].nodes;
+    free[i] =
+        i == start_od || i == start_spot || (all[i] == elastic && elastic.nodes < s.start.nodes);
   }
   const SpotTrace& trace = s.spot.at("g4dn.12xlarge");
   auto capacity_ok = [&](const Config& c, int j) {
@@ -113,7 +123,7 @@ Best BruteForce(const Scenario& s, int windows) {
       }
       const Config& cfg = all[c];
       if (!capacity_ok(cfg, j)) continue;
-      const bool start = !launched && (c == start_od || c == start_spot);
+      const bool start = !launched && free[c];
       const double sw = prev == c || start                            ? 0
                         : prev != idle && all[prev].SameHardware(cfg) ? s.cost.batch_switch_s
                                                                       : s.cost.switch_s;
@@ -130,8 +140,8 @@ Best BruteForce(const Scenario& s, int windows) {
       go(j + 1, c, u2, cost + W / 3600 * price, true);
     }
   };
-  go(0, start_od, model.StartProgress(), 0.0, false);
-  go(0, start_spot, model.StartProgress(), 0.0, false);
+  for (int i = 0; i < idle; ++i)  // from each launch: a batch switch away from its instances
+    if (free[i]) go(0, i, model.StartProgress(), 0.0, false);
   return best;
 }
 
@@ -192,6 +202,20 @@ TEST(Oracle, MatchesBruteForceOnATinyJob) {
   EXPECT_NEAR(with.makespan_h, without.makespan_h + s.decision_interval_s / 3600, 1e-9);
 }
 
+// The seconds and the cost of running `c` alone from the start to the target (the oracle's model).
+struct AloneRun {
+  double seconds = 0, cost = 0;
+};
+AloneRun RunAlone(const Scenario& s, const Config& c) {
+  const WindowModel model(s, 0);
+  double fin = -1;
+  model.Advance(c, model.StartProgress(), 1e15, &fin);
+  if (!(fin > 0)) return {};
+  const double run_s = fin * (1 + model.CheckpointShare(c));
+  const InstanceType& t = s.catalog.types[s.catalog.Find(c.type)];
+  return {run_s, run_s / 3600 * HourlyPrice(t, c.nodes, c.purchase)};
+}
+
 // A job that waits for spot capacity from time 0 has not run: it launches when the capacity comes
 // without a restart, as the simulator's fixed-spot baseline does. With the horizon exactly that
 // wait plus the start's run on spot, the oracle runs that schedule and costs what it costs (it
@@ -199,23 +223,41 @@ TEST(Oracle, MatchesBruteForceOnATinyJob) {
 TEST(Oracle, LaunchesWithoutARestartAfterWaitingForCapacityFromTheStart) {
   Scenario s = Tiny();        // no spot capacity in the first 600-s window
   s.start = Make(1, 4, 100);  // its cheapest configuration: 4 GPUs of one machine
-  const WindowModel model(s, 0);
-  Config spot = s.start;
-  spot.purchase = Purchase::kSpot;
-  double fin = -1;
-  model.Advance(spot, model.StartProgress(), 1e15, &fin);
-  ASSERT_GT(fin, 0);
-  const double run_s = fin * (1 + model.CheckpointShare(spot));
-  const InstanceType& t = s.catalog.types[s.catalog.Find(spot.type)];
-  const double fixed_spot = run_s / 3600 * HourlyPrice(t, spot.nodes, spot.purchase);
+  const AloneRun fixed_spot = RunAlone(s, Make(1, 4, 100, Purchase::kSpot));
+  ASSERT_GT(fixed_spot.seconds, 0);
   OracleOptions o;
-  o.horizon_h = (model.window_s() + run_s + 1) / 3600;
+  o.horizon_h = (WindowModel(s, 0).window_s() + fixed_spot.seconds + 1) / 3600;
   const OracleResult r = Oracle(s, o).Solve(0);
   ASSERT_TRUE(r.finished);
-  EXPECT_LE(r.cost, fixed_spot * (1 + 1e-9));
-  EXPECT_LE(r.cost_lower, fixed_spot * (1 + 1e-9));
+  EXPECT_LE(r.cost, fixed_spot.cost * (1 + 1e-9));
+  EXPECT_LE(r.cost_lower, fixed_spot.cost * (1 + 1e-9));
   const Best bf = BruteForce(s, static_cast<int>(std::ceil(o.horizon_h * 3600 / 600)));
-  EXPECT_LE(bf.cost, fixed_spot * (1 + 1e-9));
+  EXPECT_LE(bf.cost, fixed_spot.cost * (1 + 1e-9));
+}
+
+// A job launched on spot starts elastically on fewer of the start's nodes (as the replay's
+// cloudtune job does when the market has fewer): the oracle launches there without a switch too,
+// and agrees with the brute force that does.
+TEST(Oracle, LaunchesElasticallyOnFewerOfTheStartsNodes) {
+  Scenario s = Tiny();
+  s.candidates.push_back(Make(1, 4, 50));  // the start's GPUs and batch on one of its two machines
+  core::Measurement m;
+  m.key = s.candidates.back().Key();
+  m.step_time = 0.35;
+  m.rows = 1;
+  s.traces.push_back(m);
+  s.start = Make(2, 4, 50);
+  const AloneRun elastic = RunAlone(s, Make(1, 4, 50, Purchase::kSpot));
+  ASSERT_GT(elastic.seconds, 0);
+  OracleOptions o;  // the outage, then the run on one node
+  o.horizon_h = (WindowModel(s, 0).window_s() + elastic.seconds + 1) / 3600;
+  const OracleResult r = Oracle(s, o).Solve(0);
+  ASSERT_TRUE(r.finished);
+  EXPECT_LE(r.cost, elastic.cost * (1 + 1e-9));
+  const Best bf = BruteForce(s, static_cast<int>(std::ceil(o.horizon_h * 3600 / 600)));
+  EXPECT_LE(bf.cost, elastic.cost * (1 + 1e-9));
+  EXPECT_LE(r.cost_lower, bf.cost * (1 + 1e-9));
+  EXPECT_GE(r.cost, bf.cost * (1 - 1e-9));
 }
 
 // A deadline is the horizon: the oracle's schedule ends by it, and a tighter one costs more.

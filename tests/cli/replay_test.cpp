@@ -3,9 +3,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <set>
 #include <stdexcept>
+#include <utility>
+#include <vector>
 
 #include "cli/replay/oracle.h"
 #include "cli/replay/simulator.h"
@@ -219,6 +222,42 @@ TEST(Replay, ARevocationSavedOnItsNoticeLosesNoWork) {
   EXPECT_DOUBLE_EQ(CloudtuneNoticeS(ParseScenario(j, "s.json", kScenarios)), 0);
 }
 
+// A job waiting for spot capacity is not running: a window it spends waiting measures nothing, and
+// a window meant to measure starts when the job does. Capacity comes after an hour; the policy,
+// asked at each decision, sees no step time before then, and its first measurement follows the
+// capacity by one measuring window.
+TEST(Replay, AJobWaitingForSpotCapacityMeasuresNothingUntilItRuns) {
+  CLOUDTUNE_NEEDS_SHARED_DATA();
+  const std::string trace = CapacityTrace("g4dn_capacity_late.json", "0, 0, 0, 0, 0, 0");
+  nlohmann::json j = Base();
+  j["spot"] = {{"reading", "count"}, {"offset_h", 0}, {"traces", {{"g4dn.12xlarge", trace}}}};
+  const Scenario s = ParseScenario(j, "late.json", kScenarios);
+  Config spot = s.start;
+  spot.purchase = Purchase::kSpot;
+  std::vector<std::pair<double, size_t>> asked;  // (hours, step times measured) at each decision
+  detail::Simulator sim(s, 0, "waits");
+  const PolicyResult r = sim.Run("waits", [&](detail::Simulator& sm, const Config&, bool first) {
+    if (!first) asked.emplace_back(sm.hours(), sm.observations().size());
+    return detail::Decision(spot, sm.observations().empty());  // measures until it has a record
+  });
+  ASSERT_TRUE(r.finished);
+  EXPECT_NEAR(r.waited_h, 1.0, 1e-9);
+  ASSERT_GE(asked.size(), 2u);
+  bool measured = false;
+  for (const auto& [hours, seen] : asked) {
+    if (hours < 1.0 + 1e-9) {
+      EXPECT_EQ(seen, 0u) << "a step time measured while waiting, at " << hours << " h";
+      EXPECT_NEAR(std::fmod(hours * 3600 + 1e-6, s.decision_interval_s), 0, 1e-3)
+          << "asked while waiting between decisions, at " << hours << " h";
+    } else if (!measured) {
+      measured = true;
+      EXPECT_EQ(seen, 1u);
+      EXPECT_NEAR(hours, 1.0 + s.measure_s / 3600, 1e-9) << "one measuring window after 1 h";
+    }
+  }
+  EXPECT_TRUE(measured);
+}
+
 // Measured truth: steps come from the validation runs at each batch, not from a model.
 TEST(Replay, MeasuredTruthFromTheValidationRunsAtEachBatch) {
   CLOUDTUNE_NEEDS_SHARED_DATA();
@@ -298,8 +337,9 @@ TEST(Replay, CloudtuneDecidesAtTheLiveRuntimesCadence) {
   const auto res = RunReplay(s, 1);
   const PolicyResult& ct = Find(res, "cloudtune");
   ASSERT_GE(ct.schedule.size(), 2u);
-  EXPECT_EQ(ct.schedule[0].rfind("0.00 h: " + CloudtuneLaunch(s).ToString() + " (measuring)", 0),
-            0u)
+  EXPECT_EQ(
+      ct.schedule[0].rfind("0.00 h: " + CloudtuneLaunch(s, 1 << 20).ToString() + " (measuring)", 0),
+      0u)
       << ct.schedule[0];
   // The first change comes after that window (the schedule prints hours to 2 decimals).
   EXPECT_NEAR(std::stod(ct.schedule[1]), first_h, 0.006) << ct.schedule[1];
@@ -344,7 +384,7 @@ TEST(Replay, CloudtuneIsLaunchedAsLaunchSpecAdvises) {
   CLOUDTUNE_NEEDS_SHARED_DATA();
   const Scenario ncf = LoadScenario(kScenarios + "/pollux-ncf-measured.json");
   ASSERT_EQ(ncf.start.purchase, Purchase::kOnDemand);
-  EXPECT_EQ(CloudtuneLaunch(ncf).purchase, Purchase::kSpot);
+  EXPECT_EQ(CloudtuneLaunch(ncf, 1 << 20).purchase, Purchase::kSpot);
   const auto res = RunReplay(ncf, 1);
   const PolicyResult& ct = Find(res, "cloudtune");
   ASSERT_TRUE(ct.finished);
@@ -352,7 +392,19 @@ TEST(Replay, CloudtuneIsLaunchedAsLaunchSpecAdvises) {
   EXPECT_LT(ct.cost, 1.25 * Find(res, "oracle").cost);
   EXPECT_LT(ct.cost, Find(res, "fixed-spot").cost);
   const Scenario deadline = LoadScenario(kScenarios + "/pollux-cifar10-deadline.json");
-  EXPECT_EQ(CloudtuneLaunch(deadline).purchase, Purchase::kOnDemand);
+  EXPECT_EQ(CloudtuneLaunch(deadline, 1 << 20).purchase, Purchase::kOnDemand);
+  // On spot it starts elastically (launch-spec's minimum of one node): on the nodes the market has
+  // at launch, at least one; on demand it takes the start's nodes.
+  const Scenario two = LoadScenario(kScenarios + "/pollux-cifar10-g4dn.json");
+  ASSERT_EQ(two.start.nodes, 2);
+  for (const auto& [market, nodes] :
+       std::vector<std::pair<int, int>>{{5, 2}, {2, 2}, {1, 1}, {0, 1}}) {
+    const Config c = CloudtuneLaunch(two, market);
+    EXPECT_EQ(c.purchase, Purchase::kSpot);
+    EXPECT_EQ(c.nodes, nodes) << market << " nodes to be had";
+    EXPECT_EQ(c.local_bsz, two.start.local_bsz);
+  }
+  EXPECT_EQ(CloudtuneLaunch(deadline, 0).nodes, deadline.start.nodes);
 }
 
 // When early predictions say no configuration meets the deadline, the job moves to the one

@@ -314,6 +314,51 @@ TEST(ReplayCli, ParallelSeedsGiveTheSameOutput) {
   EXPECT_EQ(j["runs"][2]["seed"], 2);
 }
 
+// A policy that never reaches the target has bought nothing at any cost: the table says so, the
+// JSON gives no ratio to the oracle, it counts as a miss (a constraint or not) and no saving is
+// measured against it. Here the spot market never has the start's two nodes: fixed spot waits for
+// them to the end of the simulation, while the cloudtune job starts elastically on the one node to
+// be had.
+TEST(ReplayCli, APolicyThatNeverFinishesIsAMissAndNoReference) {
+  CLOUDTUNE_NEEDS_SHARED_DATA();
+  std::string ones = R"({"metadata": {"gap_seconds": 600}, "data": [1)";
+  for (int i = 0; i < 300; ++i) ones += ", 1";
+  const std::string trace = Write("one_node.json", ones + "]}");
+  const std::string path = Scenario(
+      {{"spot", {{"reading", "count"}, {"offset_h", 0}, {"traces", {{"g4dn.12xlarge", trace}}}}}},
+      {}, "one_node_market.json");
+  Result r = RunCli("replay " + path + " --seeds 1 --format json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  bool seen_spot = false, seen_cloudtune = false;
+  for (const auto& p : j["runs"][0]["policies"]) {
+    if (p["policy"] == "fixed-spot") {
+      seen_spot = true;
+      EXPECT_FALSE(p["finished"].get<bool>());
+      EXPECT_TRUE(p["cost_vs_oracle"].is_null()) << p["cost_vs_oracle"];  // infinitely dear
+    }
+    if (p["policy"] == "cloudtune") {
+      seen_cloudtune = true;
+      EXPECT_TRUE(p["finished"].get<bool>());
+      EXPECT_NE(p["schedule"][0].get<std::string>().find("1x g4dn.12xlarge"), std::string::npos)
+          << p["schedule"][0];
+      // The oracle launches there too: not beaten beyond its discretisation.
+      EXPECT_GE(p["cost_vs_oracle"].get<double>(), 0.98);
+    }
+  }
+  EXPECT_TRUE(seen_spot && seen_cloudtune);
+  const auto& sum = j["summary"];
+  EXPECT_EQ(sum["missed_runs"]["fixed-spot"], 1) << sum.dump();
+  EXPECT_FALSE(sum["missed_runs"].contains("cloudtune")) << sum.dump();
+  EXPECT_TRUE(sum["cloudtune_saving_vs_fixed_spot_median"].is_null()) << sum.dump();
+  Result t = RunCli("replay " + path + " --seeds 1");
+  ASSERT_EQ(t.status, 0) << t.err;
+  EXPECT_NE(t.out.find("(did not finish)"), std::string::npos) << t.out;
+  EXPECT_NE(t.out.find("missed, or not finished (runs): cheapest-spot 1; fixed-spot 1;"),
+            std::string::npos)
+      << t.out;
+}
+
 TEST(ReplayCli, BadScenarios) {
   CLOUDTUNE_NEEDS_SHARED_DATA();
   const std::string malformed = Write("malformed.json", "{\"schema\": \"cloudtune.scenario/1\",\n");

@@ -113,6 +113,30 @@ TEST(Search, FindsBruteForceOptimumForEachObjective) {
   }
 }
 
+// A correction is a switch: under a deadline, a run must leave that long before it, at its median
+// and margin (the part a job corrects assumes it can still move); a budget is not a time and keeps
+// no such reserve.
+TEST(Search, UnderADeadlineARunLeavesTimeForACorrection) {
+  ObjectiveOptions o;
+  o.deadline_h = 10;
+  o.budget_usd = 100;
+  o.uncorrectable_h = 1;
+  o.correction_h = 0.05;
+  const double extra = std::exp(0.2) - 1;
+  EXPECT_DOUBLE_EQ(o.DeadlineMiss(9, 0.2), (9 + extra + 0.05) / 10);
+  EXPECT_LE(o.DeadlineMiss(9.94, 0), 1);
+  EXPECT_GT(o.DeadlineMiss(9.96, 0), 1);  // met at its median, but with no time left to correct
+  EXPECT_DOUBLE_EQ(o.BudgetMiss(9, 95, 0.2), 95 * (1 + extra / 9) / 100);
+  o.deadline_h = 0;
+  EXPECT_DOUBLE_EQ(o.DeadlineMiss(9.96, 0), 0);
+  o.deadline_h = 10;
+  std::string err;
+  EXPECT_TRUE(o.IsValid(&err)) << err;
+  o.correction_h = -1;
+  EXPECT_FALSE(o.IsValid(&err));
+  EXPECT_EQ(err, "correction_h must be >= 0");
+}
+
 TEST(Search, RespectsDeadlineAndBudget) {
   Catalog c = SmallCatalog();
   SearchProblem p = Problem(c);
