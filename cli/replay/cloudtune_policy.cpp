@@ -50,7 +50,14 @@ Config CloudtuneLaunch(const Scenario& s, int spot_nodes) {
   fewer.nodes = std::max(1, spot_nodes);
   const bool traced = std::any_of(s.candidates.begin(), s.candidates.end(),
                                   [&fewer](const Config& t) { return t.Key() == fewer.Key(); });
-  return traced ? fewer : c;
+  return traced && FewerOfTheStartsNodes(s, fewer) ? fewer : c;
+}
+
+bool FewerOfTheStartsNodes(const Scenario& s, const Config& c) {
+  Config start = s.start;
+  start.nodes = c.nodes;
+  start.purchase = c.purchase;
+  return c == start && c.nodes < s.start.nodes && s.spot.count(c.type) > 0;
 }
 
 search::Recommendation CloudtuneDecide(const runtime::Runtime& rt, const JobView& job) {

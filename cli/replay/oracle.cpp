@@ -186,13 +186,8 @@ Oracle::Oracle(const Scenario& s, const OracleOptions& o) : s_(s), o_(o) {
     for (int k = 0; k < T.K; ++k) keep[arg[k]] = 1;
   }
   reach.clear();
-  for (size_t i = 0; i < s.candidates.size(); ++i) {  // the launches (Tables::free_launch)
-    Config elastic = s.start;
-    elastic.nodes = s.candidates[i].nodes;
-    if (s.candidates[i] == s.start ||
-        (s.candidates[i] == elastic && elastic.nodes < s.start.nodes && s.spot.count(elastic.type)))
-      keep[i] = 1;
-  }
+  for (size_t i = 0; i < s.candidates.size(); ++i)  // the launches (Tables::free_launch)
+    if (s.candidates[i] == s.start || FewerOfTheStartsNodes(s, s.candidates[i])) keep[i] = 1;
 
   std::map<std::tuple<std::string, int, int, int>, int> groups;
   for (size_t i = 0; i < s.candidates.size(); ++i) {
@@ -209,11 +204,8 @@ Oracle::Oracle(const Scenario& s, const OracleOptions& o) : s_(s), o_(o) {
       Config spot_start = s.start;
       spot_start.purchase = Purchase::kSpot;
       if (c == spot_start) T.start_spot = static_cast<int>(T.configs.size());
-      Config elastic = spot_start;
-      elastic.nodes = c.nodes;
-      T.free_launch.push_back(
-          c == s.start || c == spot_start ||
-          (c == elastic && c.nodes < s.start.nodes && s.spot.count(c.type) > 0));
+      T.free_launch.push_back(c == s.start || c == spot_start ||
+                              (p == Purchase::kSpot && FewerOfTheStartsNodes(s, c)));
       const auto key = std::make_tuple(c.type, c.nodes, c.gpus_per_node, static_cast<int>(p));
       const int g = groups.emplace(key, static_cast<int>(groups.size())).first->second;
       T.configs.push_back(c);

@@ -421,7 +421,7 @@ class Simulator {
     // Young/Daly interval of the running configuration, not the decision windows).
     double left = window_s;
     double& since_ckpt = since_ckpt_s_;
-    const double trained_at_start = trained_s_;
+    bool trained = false;
     double waited_s = 0;
     const bool traced = std::any_of(run.spot.begin(), run.spot.end(),
                                     [](const Running::SpotPart& p) { return p.trace; });
@@ -470,7 +470,7 @@ class Simulator {
               1.0, s_.measured->StepsBetween(batch, metric_, std::max(metric_, s_.target_metric)) *
                        run.step_time / chunk);
         Advance(frac * chunk / 3600.0, price);
-        trained_s_ += frac * chunk;
+        trained = true;
         progress_ = s_.target_progress;
         metric_ = std::max(metric_, s_.target_metric);
         break;
@@ -478,7 +478,7 @@ class Simulator {
       progress_ += dp;
       metric_ = metric;
       Advance(chunk / 3600.0, price);
-      trained_s_ += chunk;
+      trained = true;
       RecordNoise(batch);
       for (const auto& part : run.spot)
         exposure_[part.type].node_hours += part.nodes * chunk / 3600.0;
@@ -508,7 +508,7 @@ class Simulator {
     // when the job did not train in it (it waited for spot capacity throughout).
     std::normal_distribution<double> z(0.0, 1.0);
     const double noise = std::exp(s_.step_noise_sigma * z(rng_));
-    if (run.observed && trained_s_ > trained_at_start) {
+    if (run.observed && trained) {
       Observation& o = obs_[run.key];
       o.sum += run.step_time * noise;
       o.sync = run.sync_time * noise;
@@ -528,7 +528,6 @@ class Simulator {
   double progress_ = 0, last_ckpt_progress_ = 0, t_h_ = 0, cost_ = 0;
   double explore_cost_ = 0, explore_h_ = 0;
   double since_ckpt_s_ = 0;                   // training seconds since the last checkpoint
-  double trained_s_ = 0;                      // seconds the job has trained (not waited)
   double spot_offset_s_ = 0;                  // where this seed starts in the spot traces
   double metric_ = 0, last_ckpt_metric_ = 0;  // measured truth: best validation metric reached
   bool running_ = false;  // the current configuration has run (a later loss is a revocation)

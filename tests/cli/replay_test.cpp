@@ -395,7 +395,9 @@ TEST(Replay, CloudtuneIsLaunchedAsLaunchSpecAdvises) {
   EXPECT_EQ(CloudtuneLaunch(deadline, 1 << 20).purchase, Purchase::kOnDemand);
   // On spot it starts elastically (launch-spec's minimum of one node): on the nodes the market has
   // at launch, at least one; on demand it takes the start's nodes.
-  const Scenario two = LoadScenario(kScenarios + "/pollux-cifar10-g4dn.json");
+  Scenario two = LoadScenario(kScenarios + "/pollux-cifar10-g4dn.json");
+  two.spot.emplace("g4dn.12xlarge",  // the market's nodes come from a capacity trace
+                   SpotTrace::Parse(R"({"metadata": {"gap_seconds": 600}, "data": [1]})", "one"));
   ASSERT_EQ(two.start.nodes, 2);
   for (const auto& [market, nodes] :
        std::vector<std::pair<int, int>>{{5, 2}, {2, 2}, {1, 1}, {0, 1}}) {
