@@ -11,53 +11,9 @@
 #include "estimator/core/error.h"
 #include "estimator/core/stats.h"
 #include "estimator/mixed_cluster.h"
+#include "search/format.h"
 
 namespace cloudtune::search {
-
-namespace {
-
-nlohmann::json ConfigJson(const Config& c) {
-  return {{"instance_type", c.type},          {"nodes", c.nodes},
-          {"gpus_per_node", c.gpus_per_node}, {"replicas", c.replicas()},
-          {"local_bsz", c.local_bsz},         {"accum_steps", c.accum_steps},
-          {"global_batch", c.global_batch()}, {"purchase", PurchaseName(c.purchase)}};
-}
-
-nlohmann::json Finite(double x) { return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(); }
-
-nlohmann::json EvalJson(const Evaluation& e) {
-  const double lo = std::exp(-e.log_sigma), hi = std::exp(e.log_sigma);
-  return {{"config", ConfigJson(e.config)},
-          {"description", e.config.ToString()},
-          {"step_time_s", Finite(e.step_time_s)},
-          {"throughput", Finite(e.throughput)},
-          {"steps", Finite(e.steps)},
-          {"goodput", Finite(e.goodput)},
-          {"price_per_hour", Finite(e.price_per_hour)},
-          {"hours", Finite(e.hours)},
-          {"hours_range", {Finite(e.hours * lo), Finite(e.hours * hi)}},
-          {"cost_usd", Finite(e.cost)},
-          {"cost_range", {Finite(e.cost * lo), Finite(e.cost * hi)}},
-          {"log_sigma", Finite(e.log_sigma)},
-          {"switch_s", e.switch_s},
-          {"expected_revocations", Finite(e.revocations)},
-          {"checkpoint_interval_s", Finite(e.checkpoint_interval_s)},
-          {"feasible", e.feasible}};
-}
-
-std::string Money(double x) {
-  std::ostringstream s;
-  s << "$" << std::fixed << std::setprecision(x < 10 ? 3 : 2) << x;
-  return s.str();
-}
-std::string Hours(double x) {
-  std::ostringstream s;
-  s << std::fixed << std::setprecision(x < 10 ? 3 : 2) << x << " h";
-  return s.str();
-}
-std::string Value(Goal g, double x) { return g == Goal::kCost ? Money(x) : Hours(x); }
-
-}  // namespace
 
 bool RecommendOptions::IsValid(std::string* error) const {
   std::string sub;
@@ -89,18 +45,6 @@ bool RecommendOptions::IsValid(std::string* error) const {
   if (mixed_max_types != 0 && (mixed_max_types < 2 || mixed_max_types > 3))
     return fail("mixed_max_types must be 0 (off), 2 or 3");
   return true;
-}
-
-const char* ActionName(Recommendation::Action a) {
-  switch (a) {
-    case Recommendation::Action::kKeep:
-      return "keep";
-    case Recommendation::Action::kSwitch:
-      return "switch";
-    case Recommendation::Action::kMeasure:
-      return "measure";
-  }
-  return "?";
 }
 
 LaunchAdvice AdviseLaunch(const InstanceType& type, int nodes, const ObjectiveOptions& objective,
@@ -359,6 +303,72 @@ std::optional<Evaluation> BudgetFallback(const SearchProblem& p, const Recommend
   return *fallback;
 }
 
+// A configuration that misses the deadline on its own, run until the job decides again.
+struct Bridge {
+  Evaluation run;       // what runs until the next decision
+  Evaluation fallback;  // what can still finish in time after it
+  double cost = 0;      // expected cost of the two, the window's progress counted
+};
+
+// RecommendOptions::decide_again_s under a deadline (the cost goal): the candidate of
+// SearchResult::deadline_bridges that lowers the expected cost most below `chosen`'s when it runs
+// until the next decision and the cheapest on-demand configuration that meets the deadline
+// finishes the rest. Safe only if that fallback, switched to after the window, still meets the
+// deadline and budget (margins included) even when the window made no progress at all (its spot
+// nodes revoked at once, say); on demand, because spot capacity may be gone by then. The gain
+// must exceed the hysteresis share of `chosen`'s cost, as any switch's must, and a spot shortage
+// must be what makes `chosen` dear (below). nullopt when none.
+std::optional<Bridge> DeadlineBridge(const SearchProblem& p, const RecommendOptions& options,
+                                     const SearchResult& sr, const Evaluation& chosen,
+                                     const SearchResult* unlimited) {
+  const ObjectiveOptions& o = p.objective;
+  if (o.goal != Goal::kCost || !(o.deadline_h > 0) || !(options.decide_again_s > 0) ||
+      !chosen.feasible || !(chosen.hours > 0))
+    return std::nullopt;
+  const Evaluation* fallback = nullptr;
+  for (const Evaluation& e : sr.top)
+    if (e.feasible && e.config.purchase == Purchase::kOnDemand && e.hours > 0 &&
+        (!fallback || e.cost < fallback->cost))
+      fallback = &e;
+  if (!fallback) return std::nullopt;
+  const double window_h = options.decide_again_s / 3600;
+  const double fb_train_h = std::max(0.0, fallback->hours - fallback->switch_s / 3600);
+  const double fb_rate = fallback->cost / fallback->hours;
+  std::optional<Bridge> best;
+  for (const Evaluation& c : sr.deadline_bridges) {
+    if (!Runnable(p, c) || !(c.hours > 0) || !(c.cost < chosen.cost)) continue;
+    const double back_h =
+        (fallback->config.SameHardware(c.config) ? p.cost.batch_switch_s : p.cost.switch_s) / 3600;
+    const double c_rate = c.cost / c.hours;  // switch and expected revocations included
+    if (o.Miss(window_h + back_h + fb_train_h, c_rate * window_h + fb_rate * (back_h + fb_train_h),
+               fallback->log_sigma) > 1)
+      continue;
+    const double c_train_h = std::max(1e-9, c.hours - c.switch_s / 3600);
+    const double done = std::clamp((window_h - c.switch_s / 3600) / c_train_h, 0.0, 1.0);
+    const double cost = c_rate * window_h + fb_rate * (back_h + fb_train_h * (1 - done));
+    const double gain = chosen.cost - cost;
+    if (gain > options.hysteresis * chosen.cost && (!best || cost < best->cost))
+      best = Bridge{c, *fallback, cost};
+  }
+  if (!best || p.space.spot_nodes_available.empty()) return std::nullopt;
+  // Only through a spot shortage: with all the spot capacity it wants, the job would meet the
+  // deadline for less than `chosen`. Otherwise the slack is better kept: spending it on a slower
+  // configuration leaves the rest to a faster one, dearer per unit of progress, at the deadline's
+  // edge, where an estimate that moves forces a dearer one still.
+  SearchResult own;
+  if (!unlimited) {
+    SearchProblem q = p;
+    q.space.spot_nodes_available.clear();
+    q.keep_top = 1;
+    own = Search(q);
+    unlimited = &own;
+  }
+  const std::vector<Evaluation>& u = unlimited->top;
+  if (u.empty() || !u[0].feasible || !(u[0].cost < chosen.cost * (1 - options.hysteresis)))
+    return std::nullopt;
+  return best;
+}
+
 // Is measuring an uncertain configuration worth it? When it is, the recommendation measures it:
 // `r`'s action and figures, `chosen` and the reason (`why`, the exploitation's reason after it).
 void Explore(const SearchProblem& p, const RecommendOptions& options, const SearchResult& sr,
@@ -408,7 +418,8 @@ void Explore(const SearchProblem& p, const RecommendOptions& options, const Sear
 }  // namespace
 
 Recommendation Decide(const SearchProblem& problem, const RecommendOptions& options,
-                      const std::function<bool(const Config&)>& measured) {
+                      const std::function<bool(const Config&)>& measured,
+                      const SearchResult* unlimited) {
   const Goal goal = problem.objective.goal;
   SearchProblem p = problem;
   p.keep_top = std::max(problem.keep_top, options.explore_candidates);
@@ -511,6 +522,24 @@ Recommendation Decide(const SearchProblem& problem, const RecommendOptions& opti
            "measures it, and no batch within that bound meets the "
         << (problem.objective.deadline_h > 0 ? "deadline" : "budget") << " on its own";
   Explore(p, options, sr, best_v, measured, &r, &chosen, &why);
+  // After exploration: a measurement is judged against the feasible choice, and wins.
+  if (r.best.feasible && r.action != Recommendation::Action::kMeasure) {
+    if (const auto b = DeadlineBridge(p, options, sr, chosen, unlimited)) {
+      const bool keep = r.has_current && b->run.config == r.current.config;
+      r.action = keep ? Recommendation::Action::kKeep : Recommendation::Action::kSwitch;
+      why.str("");
+      why << "deadline: " << (keep ? "keeping " : "moving to ") << b->run.config.ToString()
+          << ", which misses the deadline on its own but costs less for the same progress, until "
+             "the next decision ("
+          << std::fixed << std::setprecision(0) << options.decide_again_s << " s); after it "
+          << b->fallback.config.ToString()
+          << " still meets the deadline even if that time makes no progress (expected "
+          << Value(Goal::kCost, b->cost) << " against " << Value(Goal::kCost, chosen.cost)
+          << " for " << chosen.config.ToString() << ")";
+      chosen = b->run;
+      r.bridge_cost = b->cost;
+    }
+  }
   r.proposed = chosen;
   r.reason = why.str();
   if (r.has_current)
@@ -532,14 +561,13 @@ namespace {
 // The mixed-cluster search around the single-type result, the clusters' steps from the one
 // throughput model over types (estimator/mixed_cluster.h), the spot capacity known as the nodes
 // available of each type.
-MixedSearchResult MixedAround(const SearchProblem& problem, const ProfilePredictor& predictor,
-                              const RecommendOptions& options, const Evaluation& best_available) {
-  // Seeds: what the job would run with all the capacity it wants; the mixed clusters keep what
-  // is available of the preferred type.
-  SearchProblem p = problem;
-  p.keep_top = std::max(p.keep_top, 32);
-  p.space.spot_nodes_available.clear();
-  const SearchResult single = Search(p);
+// `p` and `single`: the problem without its spot capacity limits, and its search (the seeds: what
+// the job would run with all the capacity it wants; the clusters keep what is available of the
+// preferred type).
+MixedSearchResult MixedAround(const SearchProblem& p, const SearchResult& single,
+                              const std::map<std::string, int>& spot_nodes_available,
+                              const ProfilePredictor& predictor, const RecommendOptions& options,
+                              const Evaluation& best_available) {
   auto hardware = std::make_shared<std::map<std::string, estimator::Hardware>>();
   for (const InstanceType& t : p.catalog->types)
     (*hardware)[t.name] = HardwareOf(*p.catalog, t.name);
@@ -576,7 +604,7 @@ MixedSearchResult MixedAround(const SearchProblem& problem, const ProfilePredict
   };
   MixedSearchOptions mo;
   mo.max_types = options.mixed_max_types;
-  mo.spot_nodes_available = problem.space.spot_nodes_available;
+  mo.spot_nodes_available = spot_nodes_available;
   mo.baseline = best_available;  // the best single type the capacity allows
   return SearchMixed(p, single, step, mo);
 }
@@ -660,7 +688,14 @@ Recommendation Recommend(const RecommendRequest& req) {
   std::set<core::ConfigKey> keys;
   for (const auto& m : profile) keys.insert(m.key);
   auto measured = [&keys](const Config& c) { return keys.count(c.Key()) > 0; };
-  Recommendation r = Decide(p, req.options, measured);
+  // What the job would run with all the spot capacity it wants: what tells a spot shortage (see
+  // RecommendOptions::decide_again_s), and the seeds of the mixed-cluster search.
+  SearchProblem unlimited_p = p;
+  unlimited_p.keep_top = std::max(p.keep_top, 32);
+  unlimited_p.space.spot_nodes_available.clear();
+  std::optional<SearchResult> unlimited;
+  if (!p.space.spot_nodes_available.empty()) unlimited = Search(unlimited_p);
+  Recommendation r = Decide(p, req.options, measured, unlimited ? &*unlimited : nullptr);
   // A budget that nothing to be had now meets may still be met, or at least overrun less, by
   // waiting for the spot capacity that is short (a spot cluster pays nothing while it waits):
   // without a deadline to lose, wait.
@@ -681,92 +716,14 @@ Recommendation Recommend(const RecommendRequest& req) {
     r.throughput_models[type] = predictor->model().model(type).ToJson();
   // (Not while a spot shortage is waited out: waiting costs a spot cluster nothing.)
   if (req.options.mixed_max_types >= 2 && !p.space.spot_nodes_available.empty() &&
-      !p.space.wait_for_spot)
-    r.mixed = MixedAround(p, *predictor, req.options, r.best);
+      !p.space.wait_for_spot) {
+    // A mixed cluster must also beat the slower configuration the deadline leaves time for.
+    Evaluation baseline = r.best;
+    if (r.bridge_cost > 0) baseline.cost = std::min(baseline.cost, r.bridge_cost);
+    r.mixed = MixedAround(unlimited_p, *unlimited, p.space.spot_nodes_available, *predictor,
+                          req.options, baseline);
+  }
   return r;
-}
-
-nlohmann::json Recommendation::ToJson() const {
-  nlohmann::json j;
-  j["schema"] = "cloudtune.recommendation/1";
-  j["action"] = ActionName(action);
-  j["objective"] = GoalName(goal);
-  j["reason"] = reason;
-  j["current"] = has_current ? EvalJson(current) : nlohmann::json();
-  j["proposed"] = EvalJson(proposed);
-  j["best_predicted"] = EvalJson(best);
-  // What the job can take up without a restart (InProcessBatch).
-  j["in_process"] = in_process ? EvalJson(*in_process) : nlohmann::json();
-  if (action == Action::kMeasure) {
-    j["expected_improvement"] = expected_improvement;
-    j["measurement_cost"] = measurement_cost;
-  }
-  j["alternatives"] = nlohmann::json::array();
-  for (const auto& a : alternatives) j["alternatives"].push_back(EvalJson(a));
-  j["candidates_evaluated"] = evaluated;
-  j["catalog"] = catalog_source;
-  if (mixed) {
-    nlohmann::json m = {{"proposed", mixed->proposed},
-                        {"reason", mixed->reason},
-                        {"clusters_evaluated", mixed->considered}};
-    if (mixed->best) {
-      const MixedEvaluation& e = *mixed->best;
-      nlohmann::json parts = nlohmann::json::array();
-      for (size_t i = 0; i < e.config.parts.size(); ++i) {
-        const MixedPart& part = e.config.parts[i];
-        parts.push_back({{"instance_type", part.type},
-                         {"nodes", part.nodes},
-                         {"gpus_per_node", part.gpus_per_node},
-                         {"purchase", core::PurchaseName(part.purchase)},
-                         {"local_bsz", i < e.local_bsz.size() ? e.local_bsz[i] : 0}});
-      }
-      m["best"] = {{"description", e.config.ToString()},
-                   {"parts", parts},
-                   {"global_batch", e.config.global_batch},
-                   {"step_time_s", Finite(e.step_time_s)},
-                   {"hours", Finite(e.hours)},
-                   {"cost_usd", Finite(e.cost)},
-                   {"log_sigma", Finite(e.log_sigma)},
-                   {"feasible", e.feasible}};
-    }
-    if (mixed->best_single) m["best_single"] = EvalJson(*mixed->best_single);
-    j["mixed"] = m;
-  }
-  return j;
-}
-
-std::string Recommendation::ToTable() const {
-  std::ostringstream s;
-  s << "action: " << ActionName(action) << "  (objective: " << GoalName(goal) << ")\n"
-    << "reason: " << reason << "\n\n";
-  size_t width = 16;  // the configuration column fits the longest description
-  auto widen = [&](const Evaluation& e) {
-    width = std::max(width, e.config.ToString().size() + 2);
-  };
-  if (has_current) widen(current);
-  widen(proposed);
-  const bool show_in_process = in_process && !(in_process->config == proposed.config) &&
-                               !(has_current && in_process->config == current.config);
-  if (show_in_process) widen(*in_process);
-  for (const auto& a : alternatives) widen(a);
-  const int w = static_cast<int>(width);
-  s << std::left << std::setw(10) << "" << std::setw(w) << "configuration" << std::right
-    << std::setw(14) << "hours" << std::setw(14) << "cost" << std::setw(9) << "±" << std::setw(12)
-    << "goodput"
-    << "\n";
-  auto row = [&](const std::string& label, const Evaluation& e) {
-    s << std::left << std::setw(10) << label << std::setw(w) << e.config.ToString() << std::right
-      << std::setw(14) << Hours(e.hours) << std::setw(14) << Money(e.cost) << std::setw(8)
-      << std::fixed << std::setprecision(1) << 100 * e.log_sigma << "%" << std::setw(12)
-      << std::setprecision(2) << e.goodput << (e.feasible ? "" : "  (misses a constraint)") << "\n";
-  };
-  if (has_current) row("current", current);
-  row("proposed", proposed);
-  if (show_in_process) row("in proc.", *in_process);  // the batch to run until a relaunch
-  for (size_t i = 0; i < alternatives.size(); ++i)
-    row("alt " + std::to_string(i + 1), alternatives[i]);
-  s << "\n" << evaluated << " candidates evaluated; catalog: " << catalog_source << "\n";
-  return s.str();
 }
 
 }  // namespace cloudtune::search

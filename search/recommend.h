@@ -42,6 +42,15 @@ struct RecommendOptions {
   // included: its overrun is still corrected by a later switch. A time-goal plan sits at the
   // budget's edge, and without this a job leaves its configuration whenever an estimate moves it a
   // cent over and takes it up again at the next.
+  // Under a deadline (the cost goal), a configuration that misses the deadline on its own but costs
+  // less for the same progress than the one chosen (SearchResult::deadline_bridges) runs until then
+  // when the cheapest on-demand configuration that meets the deadline, switched to after that
+  // window, still meets deadline and budget (margins included) even if the window made no progress,
+  // and the expected cost of the two, the window's progress counted, is lower than the chosen
+  // one's by more than the hysteresis; and only while spot capacity is short (with all it wants,
+  // the job would meet the deadline for less than the chosen one). The job rides out a gap in spot
+  // capacity on a slower configuration instead of buying a fast on-demand cluster at the first
+  // gap; without a shortage it keeps its slack.
   double decide_again_s = 0;
   // Measure when the expected improvement exceeds explore_ratio × the measurement's cost.
   double explore_ratio = 3.0;
@@ -105,6 +114,10 @@ struct Recommendation {
   // at the measurement's own cost per unit of excess.
   double expected_improvement = 0;
   double measurement_cost = 0;  // of that measurement (objective units)
+  // When `proposed` misses the deadline on its own and runs only until the next decision (see
+  // RecommendOptions::decide_again_s): the expected USD of it and of the on-demand configuration
+  // that finishes after it. 0 otherwise.
+  double bridge_cost = 0;
   Goal goal = Goal::kCost;
   std::string catalog_source;
   // The throughput model fitted per measured instance type (ThroughputModel::ToJson), as the
@@ -172,8 +185,12 @@ class ProfilePredictor {
 // The decision given a search problem: exploit the best configuration, keep the current one
 // (hysteresis), or measure an uncertain one whose expected improvement pays for the measurement.
 // `measured(config)` says whether the configuration's step time is known from a measurement.
+// `unlimited`: Search() of the same problem without its spot capacity limits, when the caller has
+// it (a deadline bridge needs to know whether spot capacity is short; computed when needed if
+// null).
 Recommendation Decide(const SearchProblem& problem, const RecommendOptions& options,
-                      const std::function<bool(const Config&)>& measured);
+                      const std::function<bool(const Config&)>& measured,
+                      const SearchResult* unlimited = nullptr);
 
 // Expected improvement E[max(0, incumbent − V) · 1{X <= max_factor}] of a log-normal
 // V = median · X, log X ~ N(0, sigma²) (closed form). `max_factor` is the largest X at which the

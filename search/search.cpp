@@ -372,7 +372,8 @@ SearchResult Search(const SearchProblem& p) {
   CheckProblem(p);
   SearchResult r;
   const size_t k = std::max(1, p.keep_top);
-  BestK top(k), promising(k), same(1);
+  BestK top(k), promising(k), same(1), bridges(k);
+  const bool bridging = p.objective.goal == Goal::kCost && p.objective.deadline_h > 0;
   double best_excluded = kInf;
   ForEachEvaluated(
       p, [&](const InstanceType& t, const Config& c, const Estimate& step, const Estimate& steps) {
@@ -386,12 +387,16 @@ SearchResult Search(const SearchProblem& p) {
           best_excluded = std::min(best_excluded, e.Objective(p.objective.goal));
           if (p.objective.Miss(e.hours, e.cost, e.log_sigma) * std::exp(-2 * e.log_sigma) <= 1)
             promising.Offer({0, e.Objective(p.objective.goal)}, e);
+          if (bridging && p.objective.DeadlineMiss(e.hours, e.log_sigma) > 1 &&
+              p.objective.BudgetMiss(e.hours, e.cost, e.log_sigma) <= 1)
+            bridges.Offer({0, e.cost}, e);
         }
         if (p.current && c.SameHardware(*p.current)) same.Offer(RankOf(e, p.objective), e);
         top.Offer(RankOf(e, p.objective), e);
       });
   r.top = top.Take();
   r.promising = promising.Take();
+  r.deadline_bridges = bridges.Take();
   if (auto s = same.Take(); !s.empty()) r.same_hardware = std::move(s[0]);
   if (!r.top.empty() && r.top[0].feasible && best_excluded < r.top[0].Objective(p.objective.goal))
     r.better_but_excluded = 1;  // at least one; the exact count is not tracked

@@ -176,5 +176,53 @@ TEST(Recommend, TheCurrentConfigurationIsKeptAtTheBudgetsEdgeWhileACheaperOneSti
   EXPECT_NE(error.find("decide_again_s"), std::string::npos) << error;
 }
 
+// Cheapest within a deadline, with one spot node to be had (a shortage: more would meet the
+// deadline for less): the spot node alone misses the deadline, so a one-off recommendation buys on
+// demand. A job that decides again runs the spot node until then, while the cheapest on-demand
+// configuration that meets the deadline can still finish in time after that window even if it
+// made no progress; when the window is too long for that, it buys on demand now.
+TEST(Recommend, UnderADeadlineACheaperSlowConfigurationRunsWhileAFallbackStillMeetsIt) {
+  RecommendRequest req = MeasuredOnT4();
+  req.options.exploration_budget_share = 0;
+  req.options.space.spot_nodes_available = {{"g4dn.12xlarge", 1}};
+  const Recommendation free = Recommend(req);
+  ASSERT_EQ(free.best.config.purchase, Purchase::kSpot) << free.best.config.ToString();
+  ASSERT_EQ(free.best.config.nodes, 1);
+  auto decide = [&](double deadline_h, double decide_again_s) {
+    RecommendRequest r = req;
+    r.options.objective.deadline_h = deadline_h;
+    r.options.decide_again_s = decide_again_s;
+    return Recommend(r);
+  };
+  const double deadline_h = 0.6 * free.best.hours;  // the spot node alone misses it
+  const Recommendation once = decide(deadline_h, 0);
+  ASSERT_TRUE(once.best.feasible) << once.reason;
+  EXPECT_EQ(once.proposed.config.purchase, Purchase::kOnDemand) << once.reason;
+  EXPECT_GE(once.proposed.config.nodes, 2) << once.reason;
+  const Recommendation bridged = decide(deadline_h, 1800);
+  EXPECT_EQ(bridged.proposed.config.purchase, Purchase::kSpot) << bridged.reason;
+  EXPECT_EQ(bridged.proposed.config.nodes, 1) << bridged.reason;
+  EXPECT_FALSE(bridged.proposed.feasible);
+  EXPECT_LT(bridged.proposed.cost, once.proposed.cost);
+  EXPECT_EQ(bridged.reason.rfind("deadline: moving to", 0), 0u) << bridged.reason;
+  EXPECT_NE(bridged.reason.find("still meets the deadline even if that time makes no progress"),
+            std::string::npos)
+      << bridged.reason;
+  // Running on until a decision that far off would leave the fallback no time: on demand now.
+  const Recommendation late = decide(deadline_h, 0.9 * deadline_h * 3600);
+  EXPECT_EQ(late.proposed.config.purchase, Purchase::kOnDemand) << late.reason;
+  EXPECT_EQ(late.reason.find("deadline: moving to"), std::string::npos) << late.reason;
+  // Without a deadline there is nothing to bridge: the spot node meets the cost goal on its own.
+  EXPECT_EQ(decide(0, 1800).reason.find("deadline:"), std::string::npos);
+  // Without a spot shortage the slack is kept: on demand only, one node is the cheapest for the
+  // same progress (no all-reduce) and misses the deadline, and the job buys the faster cluster.
+  req.options.space.allow_spot = false;
+  req.options.space.spot_nodes_available.clear();
+  const Recommendation od = decide(deadline_h, 1800);
+  ASSERT_TRUE(od.best.feasible) << od.reason;
+  EXPECT_GE(od.proposed.config.nodes, 2) << od.reason;
+  EXPECT_EQ(od.reason.find("deadline: moving to"), std::string::npos) << od.reason;
+}
+
 }  // namespace
 }  // namespace cloudtune::search

@@ -1,0 +1,14 @@
+// Money and hours as the recommendations' reasons and tables print them (search/ internal).
+#pragma once
+
+#include <string>
+
+#include "search/search.h"
+
+namespace cloudtune::search {
+
+std::string Money(double usd);        // "$1.234" below $10, "$12.34" from there
+std::string Hours(double hours);      // "1.234 h" below 10 h, "12.34 h" from there
+std::string Value(Goal g, double x);  // Money for the cost goal, Hours for the time goal
+
+}  // namespace cloudtune::search
