@@ -1,4 +1,5 @@
-// Money and hours as the recommendations' reasons and tables print them (search/ internal).
+// Money and hours as the recommendations' reasons and tables print them (search/ internal;
+// defined in recommendation_output.cpp).
 #pragma once
 
 #include <string>
