@@ -688,13 +688,18 @@ Recommendation Recommend(const RecommendRequest& req) {
   std::set<core::ConfigKey> keys;
   for (const auto& m : profile) keys.insert(m.key);
   auto measured = [&keys](const Config& c) { return keys.count(c.Key()) > 0; };
-  // What the job would run with all the spot capacity it wants: what tells a spot shortage (see
-  // RecommendOptions::decide_again_s), and the seeds of the mixed-cluster search.
+  // What the job would run with all the spot capacity it wants: the seeds of the mixed-cluster
+  // search, searched once when that runs, and shared with Decide (it tells a spot shortage; see
+  // RecommendOptions::decide_again_s; Decide searches it itself when it needs it and has none).
+  auto mixing = [&]() {
+    return req.options.mixed_max_types >= 2 && !p.space.spot_nodes_available.empty() &&
+           !p.space.wait_for_spot;
+  };
   SearchProblem unlimited_p = p;
   unlimited_p.keep_top = std::max(p.keep_top, 32);
   unlimited_p.space.spot_nodes_available.clear();
   std::optional<SearchResult> unlimited;
-  if (!p.space.spot_nodes_available.empty()) unlimited = Search(unlimited_p);
+  if (mixing()) unlimited = Search(unlimited_p);
   Recommendation r = Decide(p, req.options, measured, unlimited ? &*unlimited : nullptr);
   // A budget that nothing to be had now meets may still be met, or at least overrun less, by
   // waiting for the spot capacity that is short (a spot cluster pays nothing while it waits):
@@ -715,8 +720,7 @@ Recommendation Recommend(const RecommendRequest& req) {
   for (const auto& type : predictor->model().types())
     r.throughput_models[type] = predictor->model().model(type).ToJson();
   // (Not while a spot shortage is waited out: waiting costs a spot cluster nothing.)
-  if (req.options.mixed_max_types >= 2 && !p.space.spot_nodes_available.empty() &&
-      !p.space.wait_for_spot) {
+  if (mixing() && unlimited) {
     // A mixed cluster must also beat the slower configuration the deadline leaves time for.
     Evaluation baseline = r.best;
     if (r.bridge_cost > 0) baseline.cost = std::min(baseline.cost, r.bridge_cost);
