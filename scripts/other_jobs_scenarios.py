@@ -39,19 +39,10 @@ import subprocess
 import sys
 import tempfile
 
+from spot_trace_variants import absolute  # the scenario with its relative paths made absolute
+
 TEMPLATES = ["pollux-imagenet-multitype", "pollux-imagenet-multitype-deadline",
              "pollux-imagenet-multitype-deadline-spot16"]
-
-
-def absolute(value, base):
-    """The scenario with every relative path (a string starting with '../') made absolute."""
-    if isinstance(value, dict):
-        return {k: absolute(v, base) for k, v in value.items()}
-    if isinstance(value, list):
-        return [absolute(v, base) for v in value]
-    if isinstance(value, str) and value.startswith("../"):
-        return os.path.normpath(os.path.join(base, value))
-    return value
 
 
 def write(scenario, out_dir, name):
