@@ -115,7 +115,8 @@ Decision CloudtuneCadence(const runtime::Options& o) {
   d.measure_steps = o.warmup_steps + o.measure_every;
   d.measure_seconds = o.measure_seconds;
   d.min_steps = o.warmup_steps + runtime::kMinRecordSteps;
-  // Waiting for spot capacity costs a deadline time: the job asks its tuner again on the notice.
+  // Waiting for spot capacity costs a deadline time: the job asks its tuner again on the notice,
+  // and at each record it spends waiting for spot nodes it was refused.
   d.redecide_on_revocation = o.deadline_hours > 0;
   // The live tuner decides again every refit_seconds; the replay's job measures its noise once a
   // simulated minute, and a decision between two records would see nothing new.

@@ -54,7 +54,9 @@ struct Decision {
   int min_steps = 0;
   std::string why;  // what decided (shown in the schedule)
   // A revocation by the spot capacity ends the window and the policy decides at once (on the
-  // revocation notice); otherwise it waits for the capacity until its next decision.
+  // revocation notice), and so does each record spent waiting for spot nodes the market does not
+  // have (after a switch to them, or after such a revocation); otherwise it waits for the capacity
+  // until its next decision.
   bool redecide_on_revocation = false;
   // The checkpoint interval the policy chose (seconds; 0 = the Young/Daly interval of the
   // catalog's revocation rate).
@@ -450,6 +452,10 @@ class Simulator {
           } else {
             left -= w;
           }
+          // A job that decides again on a revocation's notice also decides again after each
+          // record it waits for nodes the market does not have (a refused request tells it as
+          // much): capacity that was there when it decided may be gone when it asks.
+          if (run.redecide_on_revocation) break;
           continue;
         }
         if (waiting_ && running_) Advance(s_.cost.restart_s / 3600.0, price);  // back: restart

@@ -49,6 +49,15 @@ nlohmann::json Base() {
   return j;
 }
 
+// Base() with the g4dn.12xlarge spot capacity of CapacityTrace(name, head), read as counts.
+Scenario WithCapacity(const std::string& name, const std::string& head) {
+  nlohmann::json j = Base();
+  j["spot"] = {{"reading", "count"},
+               {"offset_h", 0},
+               {"traces", {{"g4dn.12xlarge", CapacityTrace(name, head)}}}};
+  return ParseScenario(j, name, kScenarios);
+}
+
 TEST(Replay, DeterministicForASeedAndOracleNotBeaten) {
   CLOUDTUNE_NEEDS_SHARED_DATA();
   Scenario s = LoadScenario(kScenarios + "/pollux-cifar10-g4dn.json");
@@ -228,10 +237,7 @@ TEST(Replay, ARevocationSavedOnItsNoticeLosesNoWork) {
 // capacity by one measuring window.
 TEST(Replay, AJobWaitingForSpotCapacityMeasuresNothingUntilItRuns) {
   CLOUDTUNE_NEEDS_SHARED_DATA();
-  const std::string trace = CapacityTrace("g4dn_capacity_late.json", "0, 0, 0, 0, 0, 0");
-  nlohmann::json j = Base();
-  j["spot"] = {{"reading", "count"}, {"offset_h", 0}, {"traces", {{"g4dn.12xlarge", trace}}}};
-  const Scenario s = ParseScenario(j, "late.json", kScenarios);
+  const Scenario s = WithCapacity("g4dn_capacity_late.json", "0, 0, 0, 0, 0, 0");
   Config spot = s.start;
   spot.purchase = Purchase::kSpot;
   std::vector<std::pair<double, size_t>> asked;  // (hours, step times measured) at each decision
@@ -256,6 +262,37 @@ TEST(Replay, AJobWaitingForSpotCapacityMeasuresNothingUntilItRuns) {
     }
   }
   EXPECT_TRUE(measured);
+}
+
+// A job that decides again on a revocation's notice (under a deadline) is also asked again after
+// each record it waits for spot nodes the market does not have: it switched to them when the
+// capacity was there, or it is refused them at launch, and waiting a decision interval blind would
+// spend its slack. Capacity comes after an hour: asked every record until then.
+TEST(Replay, AJobThatDecidesOnNoticesIsAskedAgainAtEachRecordItWaits) {
+  CLOUDTUNE_NEEDS_SHARED_DATA();
+  const Scenario s = WithCapacity("g4dn_capacity_late_notice.json", "0, 0, 0, 0, 0, 0");
+  Config spot = s.start;
+  spot.purchase = Purchase::kSpot;
+  auto waits = [&](bool on_notice) {
+    std::vector<double> asked;  // hours of each decision before the capacity comes
+    detail::Simulator sim(s, 0, "waits");
+    const PolicyResult r = sim.Run("waits", [&](detail::Simulator& sm, const Config&, bool first) {
+      if (!first && sm.hours() < 1.0 - 1e-9) asked.push_back(sm.hours());
+      detail::Decision d(spot, sm.observations().empty());
+      d.redecide_on_revocation = on_notice;
+      return d;
+    });
+    EXPECT_TRUE(r.finished);
+    EXPECT_NEAR(r.waited_h, 1.0, 1e-9);
+    return asked;
+  };
+  const std::vector<double> notice = waits(true);
+  ASSERT_EQ(notice.size(), 59u);  // at 1, 2, ... 59 minutes
+  for (size_t i = 0; i < notice.size(); ++i)
+    EXPECT_NEAR(notice[i] * 3600, (i + 1) * detail::kNoiseRecordS, 1e-6);
+  // Without: asked only at its decisions (every decision_interval_s).
+  EXPECT_EQ(waits(false).size(),
+            static_cast<size_t>(std::ceil(3600 / s.decision_interval_s - 1e-9)) - 1);
 }
 
 // Measured truth: steps come from the validation runs at each batch, not from a model.
