@@ -50,8 +50,9 @@
 // paying only its on-demand anchor, until the capacity is back. A job that waits is not running: a
 // window it spends waiting measures nothing (no step time, no gradient statistics), and a window
 // that measures (or follows a switch) starts when it runs, the policy being asked again after a
-// decision interval of waiting. Types without a trace keep the
-// catalog's revocation rate. Revocations: a spot/anchor cluster is revoked when its cumulative
+// decision interval of waiting (after each minute of it for a policy that decides again on a
+// revocation notice: Decision::redecide_on_revocation). Types without a trace keep the catalog's
+// revocation rate. Revocations: a spot/anchor cluster is revoked when its cumulative
 // hazard (catalog rate × nodes × training time) crosses the next Exp(1) threshold; the thresholds
 // depend on the seed only, so all policies face the same revocation luck (common random numbers). A
 // revocation rolls back to the last checkpoint (every Young/Daly interval of the running
