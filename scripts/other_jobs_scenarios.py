@@ -30,7 +30,6 @@ script needs a build. Only the standard library is used.
 """
 import argparse
 import copy
-import csv
 import glob
 import json
 import math
@@ -39,34 +38,11 @@ import subprocess
 import sys
 import tempfile
 
-from spot_trace_variants import absolute  # the scenario with its relative paths made absolute
+from spot_trace_variants import absolute, write  # absolute paths; a scenario written by name
+from trace_keys import rows_by_key
 
 TEMPLATES = ["pollux-imagenet-multitype", "pollux-imagenet-multitype-deadline",
              "pollux-imagenet-multitype-deadline-spot16"]
-
-
-def write(scenario, out_dir, name):
-    scenario = copy.deepcopy(scenario)
-    scenario["name"] = name
-    os.makedirs(out_dir, exist_ok=True)
-    path = os.path.join(out_dir, name + ".json")
-    with open(path, "w") as f:
-        json.dump(scenario, f, indent=1)
-    return path
-
-
-def local_batches(paths, nodes, replicas):
-    """Local batches traced at (nodes, replicas) in Pollux/Sia CSVs."""
-    out = set()
-    for path in paths:
-        with open(path, newline="") as f:
-            for r in csv.DictReader(f):
-                p = (r.get("placement") or "").strip()
-                n, rep = (len(p), sum(int(c) for c in p)) if p else (
-                    int(float(r["num_nodes"])), int(float(r["num_replicas"])))
-                if (n, rep) == (nodes, replicas):
-                    out.add(int(float(r["local_bsz"])))
-    return sorted(out)
 
 
 def replay(cli, paths):
@@ -125,7 +101,7 @@ def main():
             t["csv"] = csvs[t["instance_type"]]
         s["noise"] = {"validation_csv": batch[b0], "base_batch": b0}
         s["validation"] = {str(b): batch[b] for b in sorted(batch)}
-        lbs = local_batches(csvs["g4dn.12xlarge"], 2, 8)
+        lbs = sorted({k[2] for k in rows_by_key(csvs["g4dn.12xlarge"]) if k[:2] == (2, 8)})
         if not lbs:
             continue
         s["start"] = {"instance_type": "g4dn.12xlarge", "nodes": 2, "gpus_per_node": 4,

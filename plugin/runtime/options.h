@@ -73,9 +73,9 @@ struct Options {
   bool wait_for_spot = true;
   // Seconds between background refits of the models and searches (the tuner). Also the search's
   // time to the next decision (search::RecommendOptions::decide_again_s): a configuration at the
-  // budget's edge is kept while a cheaper one still fits after that long; under a deadline, a
-  // cheaper configuration that misses it on its own runs while an on-demand one that meets it
-  // still would after that long.
+  // budget's edge is kept while a cheaper one still fits after that long; under a deadline and
+  // short of spot capacity, a cheaper configuration that misses it on its own runs while an
+  // on-demand one that meets it still would after that long.
   double refit_seconds = 30;
   // What the tuner optimises: "cost" (cheapest to finish) or "time" (fastest to finish).
   std::string objective = "cost";
