@@ -18,7 +18,7 @@ namespace cloudtune::replay {
 
 namespace {
 constexpr double kInf = std::numeric_limits<double>::infinity();
-constexpr double kChunkS = 60;  // the replay's simulation step (Gain model and capacity checks)
+constexpr double kChunkS = WindowModel::kChunkS;
 }  // namespace
 
 bool OracleOptions::IsValid(std::string* error) const {
@@ -30,85 +30,6 @@ bool OracleOptions::IsValid(std::string* error) const {
   if (!(window_s >= 0) || !std::isfinite(window_s)) return fail("window_s: must be >= 0");
   if (!(horizon_h >= 0) || !std::isfinite(horizon_h)) return fail("horizon_h: must be >= 0");
   return true;
-}
-
-// ---- the window model ------------------------------------------------------------------------
-
-WindowModel::WindowModel(const Scenario& s, double window_s)
-    : s_(s),
-      window_s_(window_s > 0     ? window_s
-                : s.spot.empty() ? s.decision_interval_s
-                                 : std::min(s.decision_interval_s, s.measure_s)) {
-  for (size_t i = 0; i < s.candidates.size(); ++i)
-    step_[s.candidates[i].Key()] = s.traces[i].step_time;
-}
-
-double WindowModel::CheckpointShare(const Config& c) const {
-  const InstanceType& t = s_.catalog.types[s_.catalog.Find(c.type)];
-  const double ckpt =
-      c.purchase == Purchase::kAnchor ? s_.cost.anchor_checkpoint_s : s_.cost.checkpoint_s;
-  const double tau = YoungDalyInterval(ckpt, ClusterRevocationRate(t, c.nodes, c.purchase));
-  return std::isfinite(tau) ? ckpt / tau : 0.0;
-}
-
-double WindowModel::StartProgress() const {
-  return s_.measured ? s_.ProgressAt(s_.measured->StartMetric()) : 0.0;
-}
-
-double WindowModel::TrainSeconds(const Config& c, double switch_s) const {
-  return std::max(0.0, window_s_ - switch_s) / (1 + CheckpointShare(c));
-}
-
-double WindowModel::MetricAt(double u) const {
-  if (!s_.measured) return 0;
-  const MeasuredSteps& m = *s_.measured;
-  // The value whose progress (steps of the smallest batch from 0) is u.
-  return std::max(m.StartMetric(), m.MetricAfter(m.min_batch(), 0.0, u));
-}
-
-double WindowModel::Advance(const Config& c, double u, double train_s, double* finish_s) const {
-  return Advance(c, u, MetricAt(u), train_s, finish_s);
-}
-
-double WindowModel::Advance(const Config& c, double u, double metric_u, double train_s,
-                            double* finish_s) const {
-  *finish_s = -1;
-  const auto it = step_.find(c.Key());
-  if (it == step_.end()) throw InputError("oracle: untraced configuration " + c.ToString());
-  const double step = it->second;
-  const double batch = static_cast<double>(c.global_batch());
-  const double target = s_.target_progress;
-  if (u >= target) {
-    *finish_s = 0;
-    return target;
-  }
-  if (s_.measured) {
-    const MeasuredSteps& m = *s_.measured;
-    const double from = metric_u;
-    if (from >= s_.target_metric) {  // u is the target up to rounding
-      *finish_s = 0;
-      return target;
-    }
-    const double to = m.MetricAfter(batch, from, train_s / step);
-    if (to >= s_.target_metric) {
-      *finish_s = std::min(train_s, m.StepsBetween(batch, from, s_.target_metric) * step);
-      return target;
-    }
-    return std::min(target, std::max(u, s_.ProgressAt(to)));
-  }
-  double left = train_s, done = 0;
-  while (left > 1e-9) {
-    const double chunk = std::min(kChunkS, left);
-    const double dp = chunk / step * estimator::Gain(s_.NoiseAt(u), batch);
-    if (u + dp >= target) {
-      *finish_s = done + (dp > 0 ? (target - u) / dp : 1.0) * chunk;
-      return target;
-    }
-    u += dp;
-    done += chunk;
-    left -= chunk;
-  }
-  return u;
 }
 
 // ---- the tables ------------------------------------------------------------------------------
@@ -137,6 +58,14 @@ struct Oracle::Tables {
   // The switch class of each configuration run first: 0 for a free launch, 1 (a batch switch) on
   // the instances of one, else 2.
   std::vector<int> launch_class;
+  // Per class, config, level: a lower bound of the cost of every schedule that runs the next
+  // window there and goes on to the target, in any of the recursions (BoundCostToGo); rounded
+  // down to a float.
+  std::vector<float> to_go[3];
+  // Per recursion (0: positions carried, 1: next_lo, 2: next_hi), per level: the same bound for a
+  // state standing there.
+  std::vector<double> from_level[3];
+  bool prune = false;  // OracleOptions::prune (the bounds are filled only then)
   explicit Tables(const Scenario& s, double w) : model(s, w) {}
   size_t At(size_t c, int k) const { return c * K + k; }
 };
@@ -246,6 +175,76 @@ Oracle::Oracle(const Scenario& s, const OracleOptions& o) : s_(s), o_(o) {
       T.next_hi[cls][T.At(c, k)] = std::min(T.K - 1, static_cast<int>(std::ceil(x - 1e-9)));
     }
   });
+  T.prune = o.prune;
+  if (T.prune) BoundCostToGo(&T);
+}
+
+// Tables::to_go. Per recursion (positions carried, rounded down, rounded up), the cost from each
+// level to the target along the cheapest path of a graph whose nodes are the levels: from level k
+// a window of any configuration and switch class either finishes (its cost) or costs a window and
+// lands on a level above k that the recursion can reach (carrying positions: any between where
+// the window takes the level's bottom and its top). The spot capacity, the horizon and the
+// configuration the job stands in are ignored, and a window that stays on level k is never on a
+// cheapest path (its options there are the same afterwards). Every schedule of a recursion is a
+// path of its graph, so none costs less.
+void Oracle::BoundCostToGo(Tables* tables) {
+  Tables& T = *tables;
+  const int K = T.K;
+  const size_t C = T.configs.size();
+  for (int cls = 0; cls < 3; ++cls) T.to_go[cls].assign(C * K, std::numeric_limits<float>::max());
+  std::vector<double>* level = T.from_level;
+  for (int mode = 0; mode < 3; ++mode) level[mode].assign(K, kInf);
+  auto down = [](double v) {  // v as a float no larger
+    float f = static_cast<float>(std::min<double>(v, std::numeric_limits<float>::max()));
+    return static_cast<double>(f) > v ? std::nextafter(f, -std::numeric_limits<float>::max()) : f;
+  };
+  // Where a window of class cls on configuration c from level k can land, per recursion.
+  auto landing = [&](int mode, int cls, size_t at, int k, int* lo, int* hi) {
+    if (mode == 0) {  // Solver::Interpolated (never below k), widened by a rounding's worth
+      const double x0 = T.next_x[cls][at], x1 = k + 1 < K ? T.next_x[cls][at + 1] : K;
+      *lo = std::max(k, static_cast<int>(std::floor(std::min(x0, x1) - 1e-6)));
+      *hi = std::min(K - 1, static_cast<int>(std::floor(std::max(x0, x1) + 1e-6)));
+    } else {
+      *lo = *hi = (mode == 1 ? T.next_lo : T.next_hi)[cls][at];
+    }
+  };
+  auto least = [&](int mode, int lo, int hi) {
+    double v = kInf;
+    for (int b = lo; b <= hi; ++b) v = std::min(v, level[mode][b]);
+    return v;
+  };
+  for (int k = K - 1; k >= 0; --k) {
+    // The levels' bounds first (landing above k), then each option's (landing on k too).
+    for (int pass = 0; pass < 2; ++pass)
+      for (size_t c = 0; c < C; ++c) {
+        const double window_cost = T.W / 3600 * T.price[c];
+        for (int cls = 0; cls < 3; ++cls) {
+          const size_t at = T.At(c, k);
+          const float fin = T.finish[cls][at];
+          if (fin >= 0) {
+            const double cost = (T.switch_s[cls] + fin * (1 + T.ckpt_share[c])) / 3600 * T.price[c];
+            if (pass == 0)
+              for (int mode = 0; mode < 3; ++mode) level[mode][k] = std::min(level[mode][k], cost);
+            else
+              T.to_go[cls][at] = down(cost);
+            continue;
+          }
+          double option = kInf;
+          for (int mode = 0; mode < 3; ++mode) {
+            int lo = 0, hi = 0;
+            landing(mode, cls, at, k, &lo, &hi);
+            // (Progress never falls; should a table say otherwise, nothing is bounded there.)
+            if (pass == 0)
+              level[mode][k] =
+                  std::min(level[mode][k],
+                           window_cost + (lo < k ? 0.0 : least(mode, std::max(lo, k + 1), hi)));
+            else
+              option = std::min(option, window_cost + (lo < k ? 0.0 : least(mode, lo, hi)));
+          }
+          if (pass == 1) T.to_go[cls][at] = down(option);
+        }
+      }
+  }
 }
 
 namespace {
@@ -283,10 +282,10 @@ class Solver {
     return !avail_of_[c] || (*avail_of_[c])[j] >= T.spot_nodes[c];
   }
 
-  // Sets row[k] (k <= top) to infinity where row[k] >= row[k'] for some k' in (k, top].
-  static void DropDominated(double* row, int top) {
+  // Sets row[k] (k in [lo, hi]) to infinity where row[k] >= row[k'] for some k' in (k, hi].
+  static void DropDominated(double* row, int lo, int hi) {
     double least = kInf;
-    for (int k = top; k >= 0; --k) {
+    for (int k = hi; k >= lo; --k) {
       if (row[k] >= least)
         row[k] = kInf;
       else
@@ -301,15 +300,19 @@ class Solver {
   // Windows().
   void Forward(const std::vector<int>* next, double* best_cost, double* best_time, bool rec) {
     const bool carry = next == nullptr;
+    const std::vector<double>& from_level = T.from_level[carry ? 0 : next == T.next_lo ? 1 : 2];
     // V[c * K + k]: least cost to stand at level k at the window's start, having run c (index C:
     // idle) in the window before. With `carry`, X holds that state's position (N and NX: the next
     // window's).
     const size_t S = (C + 1) * K;
     std::vector<double> V(S, kInf), N(S, kInf), X(carry ? S : 0, 0.0), NX(carry ? S : 0, 0.0);
+    // Per row of V (and N): the levels outside [lo, hi] hold no state (empty: lo > hi).
+    std::vector<int> v_lo(C + 1, K), v_hi(C + 1, -1), n_lo(C + 1, K), n_hi(C + 1, -1);
     for (size_t c = 0; c < C; ++c)
-      if (T.free_launch[c]) V[T.At(c, 0)] = 0;
+      if (T.free_launch[c]) V[T.At(c, 0)] = 0, v_lo[c] = v_hi[c] = 0;
     std::vector<double> any(K), grp;
     std::vector<int32_t> any_at(K), grp_at;
+    std::vector<int> live;
     int groups = 0;
     for (int g : T.group) groups = std::max(groups, g + 1);
     grp.resize(static_cast<size_t>(groups) * K);
@@ -333,10 +336,10 @@ class Solver {
       // A state no cheaper than one of the same configuration further on is dominated: every
       // schedule from it reaches no more progress at no less cost (the tables are monotone in the
       // level). Dropped, and the same within the group and overall minima below.
-      for (size_t c = 0; c <= C; ++c) DropDominated(&V[c * K], top);
+      for (size_t c = 0; c <= C; ++c) DropDominated(&V[c * K], v_lo[c], v_hi[c]);
       bool alive = false;
       for (size_t c = 0; c <= C; ++c)
-        for (int k = 0; k <= top; ++k) {
+        for (int k = v_lo[c]; k <= v_hi[c]; ++k) {
           const double v = V[c * K + k];
           if (v == kInf) continue;
           alive = true;
@@ -348,15 +351,22 @@ class Solver {
           }
         }
       if (!alive) break;
-      DropDominated(any.data(), top);
-      for (int g = 0; g < groups; ++g) DropDominated(&grp[g * K], top);
-      for (size_t c = 0; c <= C; ++c)  // N holds the window before last's, none above `top`
-        std::fill(N.begin() + c * K, N.begin() + c * K + top + 1, kInf);
+      live.clear();  // the levels with a state, the only ones a window can start from
+      for (int k = 0; k <= top; ++k)
+        if (any[k] < kInf) live.push_back(k);
+      DropDominated(any.data(), 0, top);
+      for (int g = 0; g < groups; ++g) DropDominated(&grp[g * K], 0, top);
+      for (size_t c = 0; c <= C; ++c) {  // N holds the window before last's
+        if (n_lo[c] <= n_hi[c])
+          std::fill(N.begin() + c * K + n_lo[c], N.begin() + c * K + n_hi[c] + 1, kInf);
+        n_lo[c] = K, n_hi[c] = -1;
+      }
       int next_top = top;
       std::vector<int32_t>* P = rec ? &scratch_ : nullptr;
+      if (may_idle) n_lo[C] = 0, n_hi[C] = top;
       for (int k = 0; k <= top && may_idle; ++k) {  // idle: free, no progress
-        N[C * K + k] = any[k];
-        if (any[k] == kInf) continue;
+        N[C * K + k] = T.prune && Hopeless(any[k], from_level[k], *best_cost) ? kInf : any[k];
+        if (N[C * K + k] == kInf) continue;
         if (carry) NX[C * K + k] = X[any_at[k]];
         if (P) (*P)[C * K + k] = any_at[k];
       }
@@ -364,7 +374,7 @@ class Solver {
         if (!Allowed(c, j)) continue;
         const double price = T.price[c];
         const double window_cost = T.W / 3600 * price;
-        for (int k = 0; k <= top; ++k) {
+        for (const int k : live) {
           // A job that has waited for capacity since time 0 (idle, nothing paid) has not run:
           // it launches as from the start configuration, which costs nothing for the start itself
           // (as the simulator launches a job that has not run yet).
@@ -376,6 +386,7 @@ class Solver {
             if (b == kInf) continue;
             const int cls = i < 3 ? i : LaunchClass(c);
             const size_t at = T.At(c, k);
+            if (T.prune && Hopeless(b, T.to_go[cls][at], *best_cost)) continue;
             const int32_t from = i == 0   ? static_cast<int32_t>(c * K + k)
                                  : i == 1 ? grp_at[T.group[c] * K + k]
                                  : i == 2 ? any_at[k]
@@ -407,23 +418,44 @@ class Solver {
               N[to] = v;
               if (carry) NX[to] = x;
               next_top = std::max(next_top, level);
+              n_lo[c] = std::min(n_lo[c], level);
+              n_hi[c] = std::max(n_hi[c], level);
               if (P) (*P)[to] = from;
             }
           }
         }
       }
-      if (rec) Keep(&N, next_top);
+      if (rec) Keep(&N, n_lo, n_hi);
       std::swap(V, N);
       std::swap(X, NX);
+      std::swap(v_lo, n_lo);
+      std::swap(v_hi, n_hi);
       top = next_top;
       // The time goal stops at the first window with a finish (later ones finish later); the cost
       // goal when no state is cheaper than the best finish.
       if (time_goal && *best_time < kInf) break;
-      if (!time_goal && *best_cost < kInf &&
-          *std::min_element(V.begin(), V.begin() + C * K) >= *best_cost &&
-          *std::min_element(V.begin() + C * K, V.end()) >= *best_cost)
+      if (!time_goal && *best_cost < kInf && !Promising(V, v_lo, v_hi, from_level, *best_cost))
         break;
     }
+  }
+
+  // Whether no schedule on from a state that has cost v and at least to_go to pay can count:
+  // beyond `best` (the cost goal's best finish so far) or the budget (the time goal). A rounding's
+  // worth is spared, so that the schedule which reaches the bound stays.
+  bool Hopeless(double v, double to_go, double best) const {
+    const double bound = time_goal ? budget : best;
+    return v + to_go > bound * (1 + 1e-9) + 1e-9;
+  }
+
+  // Whether a state of V (rows' levels in [lo, hi]) costs less than `best` and is not Hopeless.
+  bool Promising(const std::vector<double>& V, const std::vector<int>& lo,
+                 const std::vector<int>& hi, const std::vector<double>& from_level,
+                 double best) const {
+    for (size_t c = 0; c <= C; ++c)
+      for (int k = lo[c]; k <= hi[c]; ++k)
+        if (V[c * K + k] < best && !(T.prune && Hopeless(V[c * K + k], from_level[k], best)))
+          return true;
+    return false;
   }
 
   // The switch class of running configuration c first: none for a free launch
@@ -441,11 +473,11 @@ class Solver {
 
   // Keeps the parents (scratch_) of N's states that survive the dominance pruning, and clears
   // scratch_ for the next window.
-  void Keep(std::vector<double>* N, int top) {
-    for (size_t c = 0; c <= C; ++c) DropDominated(&(*N)[c * K], top);
+  void Keep(std::vector<double>* N, const std::vector<int>& lo, const std::vector<int>& hi) {
+    for (size_t c = 0; c <= C; ++c) DropDominated(&(*N)[c * K], lo[c], hi[c]);
     parent_.emplace_back();
     for (size_t c = 0; c <= C; ++c)
-      for (int k = 0; k <= top; ++k) {
+      for (int k = lo[c]; k <= hi[c]; ++k) {
         const size_t at = c * K + k;
         if ((*N)[at] < kInf) parent_.back().emplace_back(static_cast<int32_t>(at), scratch_[at]);
         scratch_[at] = -1;
@@ -568,13 +600,14 @@ class Solver {
       std::vector<double> run_v(K, kInf), idle_v(K, kInf), run_n(K, kInf), idle_n(K, kInf);
       double best = kInf, best_t = kInf;
       const double price = T.price[c], window_cost = T.W / 3600 * price;
+      const std::vector<double>& from_level = T.from_level[1];  // next_lo's
       int top = 0;  // as in Forward: no state above it yet
       for (int j = 0; j < H; ++j) {
         std::fill(run_n.begin(), run_n.begin() + top + 1, kInf);
         std::fill(idle_n.begin(), idle_n.begin() + top + 1, kInf);
         int next_top = top;
-        DropDominated(run_v.data(), top);  // as in Forward
-        DropDominated(idle_v.data(), top);
+        DropDominated(run_v.data(), 0, top);  // as in Forward
+        DropDominated(idle_v.data(), 0, top);
         bool alive = j == 0;
         const bool allowed = Allowed(c, j);
         for (int k = 0; k <= top; ++k) {
@@ -583,6 +616,8 @@ class Solver {
           const double base[3] = {run_v[k], unlaunched ? 0.0 : kInf, idle_v[k]};
           const int cls_of[3] = {0, cls0, 2};
           if (may_idle) idle_n[k] = std::min(run_v[k], idle_v[k]);
+          if (T.prune && Hopeless(idle_n[k], from_level[k], best))
+            idle_n[k] = kInf;  // as in Forward
           if (run_v[k] < kInf || idle_n[k] < kInf) alive = true;
           if (!allowed) {
             if (may_idle && j == 0 && k == 0)
@@ -594,6 +629,7 @@ class Solver {
             if (b == kInf) continue;
             const int cls = cls_of[i];
             const size_t at = T.At(c, k);
+            if (T.prune && Hopeless(b, T.to_go[cls][at], best)) continue;
             const float fin = T.finish[cls][at];
             if (fin >= 0) {
               const double secs = T.switch_s[cls] + fin * (1 + T.ckpt_share[c]);

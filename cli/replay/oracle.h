@@ -33,6 +33,9 @@
 // - Configurations: the traced ones (purchase on demand, spot, and anchor + spot workers for
 //   multi-node types with a spot price). Within one set of instances, a batch that is never the
 //   fastest to progress at any level is dropped (it could only save a batch switch).
+// - The search skips the states that cannot lead to a better finish (OracleOptions::prune), by a
+//   lower bound of the cost to go that holds for every schedule of the model: exact, not a
+//   heuristic.
 // - The job starts in the start configuration, launched on demand or on spot (as the fixed-spot
 //   baseline is), at no cost: at time 0, or, having waited for spot capacity from time 0, when the
 //   capacity comes (the simulator launches a job that has not run yet without a restart). The run
@@ -61,6 +64,11 @@ struct OracleOptions {
   bool schedule = false;
   // Threads that build the tables (0 = one per core); the tables do not depend on it.
   unsigned threads = 0;
+  // Skip the states from which no schedule can count: each window's cost plus a lower bound of the
+  // cost from where it lands (the cheapest path through the levels, capacity and horizon ignored)
+  // beyond the best finish so far (the cost goal) or the budget (the time goal). The optimum and
+  // its schedule do not depend on it; only the time does.
+  bool prune = true;
   bool IsValid(std::string* error) const;
 };
 
@@ -82,6 +90,7 @@ struct OracleResult {
 // What one window does in the oracle's model (exposed for tests).
 class WindowModel {
  public:
+  static constexpr double kChunkS = 60;  // the replay's simulation step (Gain model, capacity)
   WindowModel(const Scenario& s, double window_s);
   // Progress (B0-steps) after `train_s` training seconds on `c` from progress `u`; when the target
   // is reached, *finish_s (else -1) is the training seconds it took.
@@ -131,6 +140,7 @@ class Oracle {
   const Scenario& s_;
   OracleOptions o_;
   double Horizon(double horizon_h) const;  // the one asked for, within the deadline
+  static void BoundCostToGo(Tables* t);    // fills Tables::to_go
   std::unique_ptr<Tables> t_;
   mutable std::mutex refine_mu_;
   mutable std::unique_ptr<Oracle> refined_;

@@ -416,6 +416,45 @@ TEST(Oracle, TablesDoNotDependOnTheThreads) {
   }
 }
 
+// Skipping the states that cannot beat the best finish changes nothing but the time: the cost goal
+// with and without spot traces, a deadline, the time goal within a budget, and the brute force's
+// tiny job.
+TEST(Oracle, PruningLeavesTheOptimumAndItsScheduleAsTheyAre) {
+  std::vector<std::pair<Scenario, double>> cases;  // scenario, horizon (h)
+  const Scenario tiny = Tiny();
+  cases.push_back({tiny, 1.0});
+  if (::cloudtune::test::HaveSharedData()) {
+    const std::string dir = std::string(CLOUDTUNE_SOURCE_DIR) + "/data/scenarios/";
+    for (const char* name :
+         {"pollux-cifar10-spot16.json", "pollux-imagenet-budget-spot16.json",
+          "pollux-imagenet-deadline-tight.json", "pollux-imagenet-multitype.json"})
+      cases.push_back({LoadScenario(dir + name), 0});
+  }
+  int pruned_cases = 0;
+  for (const auto& [s, horizon] : cases) {
+    OracleOptions on, off;
+    on.schedule = off.schedule = true;
+    off.prune = false;
+    const double h = horizon > 0                  ? horizon
+                     : s.objective.deadline_h > 0 ? s.objective.deadline_h
+                                                  : 24;
+    const Oracle a(s, on), b(s, off);
+    for (uint64_t seed : {1, 3}) {
+      const OracleResult x = a.Solve(seed, h), y = b.Solve(seed, h);
+      EXPECT_EQ(x.finished, y.finished) << s.name;
+      EXPECT_EQ(x.cost, y.cost) << s.name;
+      EXPECT_EQ(x.makespan_h, y.makespan_h) << s.name;
+      EXPECT_EQ(x.cost_lower, y.cost_lower) << s.name;
+      EXPECT_EQ(x.makespan_lower_h, y.makespan_lower_h) << s.name;
+      EXPECT_EQ(x.fixed_cost, y.fixed_cost) << s.name;
+      EXPECT_EQ(x.fixed_config, y.fixed_config) << s.name;
+      EXPECT_EQ(x.schedule, y.schedule) << s.name;
+      pruned_cases += x.finished;
+    }
+  }
+  EXPECT_GT(pruned_cases, 0);
+}
+
 TEST(ParallelFor, RunsEveryIndexOnceAndRethrowsTheFirstError) {
   std::vector<std::atomic<int>> hits(1000);
   ParallelFor(hits.size(), 4, [&](size_t i) { ++hits[i]; });
