@@ -68,6 +68,11 @@ struct Oracle::Tables {
   bool prune = false;  // OracleOptions::prune (the bounds are filled only then)
   explicit Tables(const Scenario& s, double w) : model(s, w) {}
   size_t At(size_t c, int k) const { return c * K + k; }
+  // Seconds of a window of class cls on configuration c that reaches the target after `fin`
+  // training seconds: its switch, then the training with its checkpoints.
+  double FinishSeconds(int cls, size_t c, double fin) const {
+    return switch_s[cls] + fin * (1 + ckpt_share[c]);
+  }
 };
 
 Oracle::~Oracle() = default;
@@ -192,8 +197,8 @@ void Oracle::BoundCostToGo(Tables* tables) {
   const int K = T.K;
   const size_t C = T.configs.size();
   for (int cls = 0; cls < 3; ++cls) T.to_go[cls].assign(C * K, std::numeric_limits<float>::max());
-  std::vector<double>* level = T.from_level;
-  for (int mode = 0; mode < 3; ++mode) level[mode].assign(K, kInf);
+  auto& level = T.from_level;
+  for (auto& l : level) l.assign(K, kInf);
   auto down = [](double v) {  // v as a float no larger
     float f = static_cast<float>(std::min<double>(v, std::numeric_limits<float>::max()));
     return static_cast<double>(f) > v ? std::nextafter(f, -std::numeric_limits<float>::max()) : f;
@@ -222,7 +227,7 @@ void Oracle::BoundCostToGo(Tables* tables) {
           const size_t at = T.At(c, k);
           const float fin = T.finish[cls][at];
           if (fin >= 0) {
-            const double cost = (T.switch_s[cls] + fin * (1 + T.ckpt_share[c])) / 3600 * T.price[c];
+            const double cost = T.FinishSeconds(cls, c, fin) / 3600 * T.price[c];
             if (pass == 0)
               for (int mode = 0; mode < 3; ++mode) level[mode][k] = std::min(level[mode][k], cost);
             else
@@ -393,7 +398,7 @@ class Solver {
                                           : static_cast<int32_t>(C * K);
             const float fin = T.finish[cls][at];
             if (fin >= 0) {
-              const double secs = T.switch_s[cls] + fin * (1 + T.ckpt_share[c]);
+              const double secs = T.FinishSeconds(cls, c, fin);
               const double cost = b + secs / 3600 * price, time = t0 + secs;
               if (time > horizon_s + 1e-6 || cost > budget) continue;
               if (time_goal ? (time < *best_time || (time == *best_time && cost < *best_cost))
@@ -528,7 +533,7 @@ class Solver {
       double fin = -1;
       u = T.model.Advance(cfg, u, T.model.TrainSeconds(cfg, T.switch_s[cls]), &fin);
       if (fin >= 0) {
-        const double secs = T.switch_s[cls] + fin * (1 + T.ckpt_share[c]);
+        const double secs = T.FinishSeconds(cls, c, fin);
         *cost = paid + secs / 3600 * T.price[c];
         *time = j * T.W + secs;
         return *time <= horizon_s + 1e-6 && *cost <= budget;
@@ -632,7 +637,7 @@ class Solver {
             if (T.prune && Hopeless(b, T.to_go[cls][at], best)) continue;
             const float fin = T.finish[cls][at];
             if (fin >= 0) {
-              const double secs = T.switch_s[cls] + fin * (1 + T.ckpt_share[c]);
+              const double secs = T.FinishSeconds(cls, c, fin);
               const double cost = b + secs / 3600 * price, time = j * T.W + secs;
               if (time > horizon_s + 1e-6 || cost > budget) continue;
               if (time_goal ? time < best_t : cost < best) best = cost, best_t = time;
