@@ -250,6 +250,8 @@ void EfficiencyModel::At(double progress, double* rho0, double* drift) const {
   }
   if (progress >= knots_.back().progress) {
     *rho0 = knots_.back().rho0;
+    if (delta_ > 0 && progress > knots_.back().progress && knots_.back().progress > 0)
+      *rho0 += delta_ * std::log(progress / knots_.back().progress);
     *drift = knots_.back().drift;
     return;
   }
@@ -348,6 +350,7 @@ nlohmann::json EfficiencyModel::ToJson() const {
   j["single_batch"] = single_batch_;
   j["gamma"] = gamma_;
   j["gamma_fitted"] = gamma_fitted_;
+  j["progress_growth"] = delta_;
   j["max_observed_progress"] = max_progress_;
   j["max_observed_batch"] = max_batch_;
   j["observed_batches"] = batches_;
@@ -389,6 +392,10 @@ EfficiencyModel EfficiencyModel::FromJson(const nlohmann::json& j, const std::st
   if (auto g = j.find("gamma_fitted"); g != j.end() && g->is_boolean())
     m.gamma_fitted_ = g->get<bool>();
   m.max_batch_ = num(j, "max_observed_batch", "");
+  if (j.contains("progress_growth")) {  // absent in a model written before it: flat
+    m.delta_ = num(j, "progress_growth", "");
+    if (!(m.delta_ >= 0 && m.delta_ <= 1)) Bad(source, "progress_growth: must be in [0, 1]");
+  }
   if (auto ob = j.find("observed_batches"); ob != j.end() && ob->is_array())
     for (const auto& b : *ob)
       if (b.is_number()) m.batches_.push_back(b.get<double>());
@@ -607,6 +614,41 @@ void SolveKnots(const std::vector<Use>& use, const std::vector<double>& kp,
   ceres::Solve(so, &problem, &summary);
 }
 
+// The growth exponent of rho0 beyond the observed progress: each observation brought to B0 by the
+// fitted drift, the least-squares slope of log r on log P over the upper half (in log P) of the
+// observed progress, less one standard error, kept within [0, 1]. 0 with fewer than three
+// observations there.
+double ProgressGrowth(const std::vector<Use>& use, const EfficiencyModel& m) {
+  double lo = kInf, hi = 0;
+  for (const auto& u : use)
+    if (u.progress > 0) lo = std::min(lo, u.progress), hi = std::max(hi, u.progress);
+  if (!(hi > lo)) return 0;
+  const double from = 0.5 * (std::log(lo) + std::log(hi));
+  std::vector<double> x, y;
+  for (const auto& u : use) {
+    if (!(u.progress > 0) || std::log(u.progress) < from) continue;
+    const double b = u.s * m.base_batch();
+    x.push_back(std::log(u.progress));
+    y.push_back(u.log_r - std::log(m.NoiseRatioAt(b, u.progress) /
+                                   m.NoiseRatioAt(m.base_batch(), u.progress)));
+  }
+  const size_t n = x.size();
+  if (n < 3) return 0;
+  double mx = 0, my = 0;
+  for (size_t i = 0; i < n; ++i) mx += x[i] / n, my += y[i] / n;
+  double sxx = 0, sxy = 0;
+  for (size_t i = 0; i < n; ++i) sxx += (x[i] - mx) * (x[i] - mx), sxy += (x[i] - mx) * (y[i] - my);
+  if (!(sxx > 0)) return 0;
+  const double slope = sxy / sxx;
+  double sse = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const double e = y[i] - my - slope * (x[i] - mx);
+    sse += e * e;
+  }
+  const double se = std::sqrt(sse / (n - 2) / sxx);
+  return std::clamp(slope - se, 0.0, 1.0);
+}
+
 }  // namespace
 
 EfficiencyModel FitEfficiency(const std::vector<NoiseObservation>& obs,
@@ -653,6 +695,7 @@ EfficiencyModel FitEfficiency(const std::vector<NoiseObservation>& obs,
     abs_res.push_back(std::abs(u.log_r - r0 - LogRatioOffset(d, u.s, m.gamma_)));
   }
   m.residual_rms_ = 1.4826 * core::Median(abs_res, 0.0);
+  if (options.fit_progress_growth) m.delta_ = ProgressGrowth(use, m);
   return m;
 }
 

@@ -20,7 +20,9 @@
 // with smoothness priors across knots and a weak prior pulling d towards 0. gamma is a global
 // exponent: fixed at its prior (drift_exponent) with two observed batches, fitted with that prior
 // from three or more. Observations at a single batch cannot identify d: it is held at 0 and the
-// model says so (single_batch()).
+// model says so (single_batch()). Beyond the largest observed progress, rho0 grows by the
+// exponent the job's own observations support (EfficiencyFitOptions::fit_progress_growth), in
+// [0, 1]; 0 (flat) until they show it.
 //
 // On the Pollux T4 validation traces (observing the two smallest batches, predicting 4-128x them)
 // the plain theory is off by 11.1% median / 71.9% worst; this model by 0.8% / 5.6%
@@ -114,6 +116,14 @@ struct EfficiencyFitOptions {
   // 1/sqrt(12) = 0.29. A prediction at B > B_max carries growth_sigma * log(B / B_max) times the
   // steps' sensitivity to r (d log steps / d log r, in [0, 1]) as uncertainty. >= 0.
   double growth_sigma = 0.29;
+  // Forecast the noise ratio's growth with progress beyond the largest observed progress P_max,
+  // r(P) = r(P_max) * (P / P_max)^delta, with delta fitted from the job's own observations over
+  // the upper half (in log progress) of what it has seen. The least-squares slope less one
+  // standard error is kept, within [0, 1]: the job forecasts only the growth its evidence supports
+  // (none early in a run, where r is nearly flat); r does not fall (|G|^2 shrinks as the loss
+  // falls while tr(Sigma) does not), and SGD on a quadratic grows it like P (delta = 1). A faster
+  // growth (a decaying learning rate) is left to later observations. false = flat beyond P_max.
+  bool fit_progress_growth = true;
   bool IsValid(std::string* error) const;
 };
 
@@ -158,6 +168,16 @@ class EfficiencyModel {
   // Exponent gamma of the batch dependence, and whether it was fitted (>= 3 batches).
   double drift_exponent() const { return gamma_; }
   bool drift_exponent_fitted() const { return gamma_fitted_; }
+  // Exponent delta of the noise ratio's growth beyond the last knot, r ~ P^delta, in [0, 1]
+  // (EfficiencyFitOptions::fit_progress_growth; 0 = flat).
+  double progress_growth() const { return delta_; }
+  // The same model with the noise ratio held flat beyond the observed progress: for batches at
+  // or above B0 the upper end of the steps the physics allows (r does not fall).
+  EfficiencyModel WithoutProgressGrowth() const {
+    EfficiencyModel m = *this;
+    m.delta_ = 0;
+    return m;
+  }
 
   struct Knot {
     double progress = 0;
@@ -169,7 +189,8 @@ class EfficiencyModel {
  private:
   friend EfficiencyModel FitEfficiency(const std::vector<NoiseObservation>&,
                                        const EfficiencyFitOptions&);
-  // Interpolated (rho0, d) at progress (flat beyond the end knots).
+  // Interpolated (rho0, d) at progress: flat before the first knot; beyond the last, d flat and
+  // rho0 growing by delta_ * log(P / P_last).
   void At(double progress, double* rho0, double* drift) const;
   double StepsAt(double batch, double from, double to, double cap_s) const;
 
@@ -182,6 +203,7 @@ class EfficiencyModel {
   double residual_rms_ = 0;
   double gamma_ = 1.0;
   bool gamma_fitted_ = false;
+  double delta_ = 0;
   double min_log_sigma_ = 0.02, extrapolation_sigma_ = 0.3, growth_sigma_ = 0.29;
   double noise_log_sigma_ = 0;  // NoiseState::log_sigma of FromNoise's state
   std::vector<Knot> knots_;

@@ -609,6 +609,52 @@ MixedSearchResult MixedAround(const SearchProblem& p, const SearchResult& single
   return SearchMixed(p, single, step, mo);
 }
 
+// A growing forecast values a batch as if it ran to the end, which favours one larger than the
+// noise now makes efficient. The job changes its batch in process, for free, as the noise grows,
+// so it runs now the batch that is best for the noise now (the flat forecast) on the hardware
+// chosen, never above the batch the search chose, and only beyond the hysteresis: in a switch's
+// proposal and in the batch taken up in process.
+void TakeTheBatchForTheNoiseNow(const SearchProblem& p, const estimator::EfficiencyModel& eff,
+                                const RecommendOptions& options, Recommendation* r) {
+  if (r->action == Recommendation::Action::kMeasure && !r->in_process) return;
+  SearchProblem now = p;
+  auto flat = std::make_shared<estimator::EfficiencyModel>(eff.WithoutProgressGrowth());
+  const double from = options.current_progress, to = options.target_progress;
+  const double floor = options.steps_sigma_floor;
+  now.predictor.steps = [flat, from, to, floor](double batch) {
+    estimator::StepsPrediction s = flat->StepsToProgress(batch, from, to);
+    return Estimate{s.steps, std::sqrt(s.log_sigma * s.log_sigma + floor * floor)};
+  };
+  const Goal goal = p.objective.goal;
+  auto batch_now = [&](Evaluation* e) {
+    Config best = e->config;
+    double best_v = Evaluate(now, best).Objective(goal);
+    auto offer = [&](const Config& base) {
+      if (base.type != e->config.type || base.nodes != e->config.nodes ||
+          base.gpus_per_node != e->config.gpus_per_node ||
+          base.global_batch() >= e->config.global_batch())
+        return;
+      Config c = base;
+      c.purchase = e->config.purchase;
+      const double v = Evaluate(now, c).Objective(goal);
+      if (v < best_v * (1 - options.hysteresis)) best = c, best_v = v;
+    };
+    if (!p.candidates.empty()) {
+      for (const Config& c : p.candidates) offer(c);
+    } else {
+      SpaceOptions space = now.space;
+      space.types = {e->config.type};
+      ForEachCandidate(*p.catalog, space, [&](const InstanceType&, const Config& c) { offer(c); });
+    }
+    e->config = best;
+  };
+  if (r->action == Recommendation::Action::kSwitch) batch_now(&r->proposed);
+  if (r->in_process) batch_now(&*r->in_process);
+  if (r->has_current && r->action == Recommendation::Action::kSwitch &&
+      r->proposed.config == r->current.config)
+    r->action = Recommendation::Action::kKeep;
+}
+
 }  // namespace
 
 Recommendation Recommend(const RecommendRequest& req) {
@@ -664,6 +710,12 @@ Recommendation Recommend(const RecommendRequest& req) {
       req.efficiency ? *req.efficiency
                      : estimator::EfficiencyModel::FromNoise(
                            *req.noise, {}, static_cast<double>(current.global_batch())));
+  // A deadline that the forecast proves optimistic about is defended by buying speed; a budget
+  // only by slowing down, and no slower than the cheapest configuration's cost. So a budget is
+  // planned on the flat forecast (the most steps the physics allows beyond the observed
+  // progress), not on the growth the job's observations suggest.
+  if (req.options.objective.budget_usd > 0 && eff->progress_growth() > 0)
+    *eff = eff->WithoutProgressGrowth();
   const double from = req.options.current_progress, to = req.options.target_progress;
   const double floor = req.options.steps_sigma_floor;
   SearchProblem p;
@@ -717,6 +769,7 @@ Recommendation Recommend(const RecommendRequest& req) {
       p.space.wait_for_spot = true;  // no mixed cluster either: waiting costs nothing
     }
   }
+  if (eff->progress_growth() > 0) TakeTheBatchForTheNoiseNow(p, *eff, req.options, &r);
   for (const auto& type : predictor->model().types())
     r.throughput_models[type] = predictor->model().model(type).ToJson();
   // (Not while a spot shortage is waited out: waiting costs a spot cluster nothing.)

@@ -126,6 +126,51 @@ TEST(EfficiencyFit, RecoversSyntheticDriftFromTwoBatches) {
       EXPECT_NEAR(m.NoiseRatioAt(b, p) / TrueRatio(p, b / 64, 1.0), 1.0, 0.06) << b << " " << p;
 }
 
+// Observations at batches 64 and 128 whose noise ratio grows like P^delta over P in [10, 1000]
+// (the drift held at 0.5), with +-0.05 of deterministic pseudo-noise in log r.
+std::vector<NoiseObservation> Growing(double delta) {
+  std::vector<NoiseObservation> obs;
+  int i = 0;
+  for (double b : {64.0, 128.0})
+    for (double p = 10; p <= 1000; p += 10, ++i) {
+      const double h = std::sin(12.9898 * i + 78.233 * b) * 43758.5453;
+      const double eps = 0.05 * (2 * (h - std::floor(h)) - 1);
+      const double e = std::exp(-0.5);
+      NoiseObservation o;
+      o.batch = b;
+      o.progress = p;
+      o.grad_sqr = 0.01;
+      o.grad_var = 0.01 * 3 * std::pow(p / 10, delta) / (e + (1 - e) * 64 / b) * std::exp(eps);
+      obs.push_back(o);
+    }
+  return obs;
+}
+
+TEST(EfficiencyFit, ForecastsTheNoiseGrowthItsObservationsSupportBeyondThem) {
+  // r ~ P^0.6: the slope less its standard error, and r beyond the observed progress follows.
+  EfficiencyModel m = FitEfficiency(Growing(0.6));
+  EXPECT_GT(m.progress_growth(), 0.5);
+  EXPECT_LE(m.progress_growth(), 0.6);
+  const double truth_4000 = 3 * std::pow(400.0, 0.6);
+  EXPECT_NEAR(m.NoiseRatioAt(64, 4000) / truth_4000, 1.0, 0.15);
+  // Beyond the observed progress a large batch needs fewer steps than the flat forecast says.
+  EfficiencyFitOptions flat_opt;
+  flat_opt.fit_progress_growth = false;
+  EfficiencyModel flat = FitEfficiency(Growing(0.6), flat_opt);
+  EXPECT_EQ(flat.progress_growth(), 0);
+  EXPECT_DOUBLE_EQ(flat.NoiseRatioAt(64, 4000), flat.NoiseRatioAt(64, 1000));
+  EXPECT_LT(m.StepsToProgress(4096, 1000, 4000).steps,
+            0.9 * flat.StepsToProgress(4096, 1000, 4000).steps);
+  // Within the observed progress the two agree.
+  EXPECT_DOUBLE_EQ(m.NoiseRatioAt(128, 500), flat.NoiseRatioAt(128, 500));
+  // No growth observed: none forecast (the job does not assume what it has not seen).
+  EXPECT_EQ(FitEfficiency(Growing(0.0)).progress_growth(), 0);
+  // Faster than SGD's 1/t loss gap (a decaying learning rate): kept at 1.
+  EXPECT_EQ(FitEfficiency(Growing(2.0)).progress_growth(), 1);
+  // A model from one noise state has seen no progress: flat.
+  EXPECT_EQ(EfficiencyModel::FromNoise(NoiseState{1, 3, 64}).progress_growth(), 0);
+}
+
 TEST(EfficiencyFit, FitsTheExponentFromThreeBatches) {
   EfficiencyFitOptions opt;
   EfficiencyModel m = FitEfficiency(Synthetic({64, 128, 512}, 0.6, 0.01), opt);
@@ -384,6 +429,16 @@ TEST(EfficiencyModel, JsonRoundTripAndErrors) {
   nlohmann::json neg = j;
   neg["knots"][1]["drift"] = -1;
   EXPECT_EQ(err(neg), "m.json: knots[1].drift: must be >= 0");
+  EfficiencyModel g = FitEfficiency(Growing(0.6));
+  EfficiencyModel g_back = EfficiencyModel::FromJson(nlohmann::json::parse(g.ToJson().dump()), "g");
+  EXPECT_DOUBLE_EQ(g_back.progress_growth(), g.progress_growth());
+  EXPECT_DOUBLE_EQ(g_back.NoiseRatioAt(64, 4000), g.NoiseRatioAt(64, 4000));
+  nlohmann::json steep = g.ToJson();
+  steep["progress_growth"] = 1.5;
+  EXPECT_EQ(err(steep), "m.json: progress_growth: must be in [0, 1]");
+  nlohmann::json old = g.ToJson();  // written before the growth: flat
+  old.erase("progress_growth");
+  EXPECT_EQ(EfficiencyModel::FromJson(old, "old").progress_growth(), 0);
   EXPECT_EQ(err(nlohmann::json::array()), "m.json: efficiency model: not a JSON object");
 }
 

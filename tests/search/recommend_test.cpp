@@ -3,7 +3,11 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <string>
+#include <vector>
+
+#include "estimator/efficiency.h"
 
 namespace cloudtune::search {
 namespace {
@@ -174,6 +178,59 @@ TEST(Recommend, TheCurrentConfigurationIsKeptAtTheBudgetsEdgeWhileACheaperOneSti
   std::string error;
   EXPECT_FALSE(bad.IsValid(&error));
   EXPECT_NE(error.find("decide_again_s"), std::string::npos) << error;
+}
+
+// A noise ratio that has grown like P^0.6 over the job's first 10,000 B0-steps (B0 = 64) to 2 (a
+// noise scale of 128 samples, so small batches are the efficient ones now), seen at two batches:
+// its efficiency model forecasts the growth on.
+estimator::EfficiencyModel GrowingNoise() {
+  std::vector<core::NoiseObservation> obs;
+  for (double b : {64.0, 128.0})
+    for (double p = 100; p <= 1e4; p *= 1.1) {
+      core::NoiseObservation o;
+      o.batch = b;
+      o.progress = p;
+      o.grad_sqr = 1;
+      o.grad_var = 2 * std::pow(p / 1e4, 0.6);
+      obs.push_back(o);
+    }
+  estimator::EfficiencyFitOptions opt;
+  opt.base_batch = 64;
+  return estimator::FitEfficiency(obs, opt);
+}
+
+// The growth the job's observations show shortens its forecasts of large batches, and the search
+// uses it to choose the hardware, except under a budget: a budget is planned on the flat forecast
+// (the most steps the physics allows), since a job can defend a deadline by buying speed but a
+// budget only down to the cheapest configuration's cost.
+TEST(Recommend, ABudgetIsPlannedOnTheFlatForecastAndTheRestOnTheGrowth) {
+  const estimator::EfficiencyModel growing = GrowingNoise();
+  ASSERT_GT(growing.progress_growth(), 0.4);
+  RecommendRequest req = MeasuredOnT4();
+  req.noise.reset();
+  req.options.current_progress = 1e4;
+  req.options.exploration_budget_share = 0;
+  RecommendRequest flat = req;
+  req.efficiency = growing;
+  flat.efficiency = growing.WithoutProgressGrowth();
+  // No budget: the current configuration (batch 256 = 4 B0) is forecast faster with the growth.
+  const Recommendation g = Recommend(req), f = Recommend(flat);
+  EXPECT_LT(g.current.hours, 0.95 * f.current.hours);
+  // The batch taken up now is the one for the noise now (the batch changes in process, for free,
+  // as the noise grows): the flat forecast's, not the larger one that would be best if run to the
+  // end.
+  ASSERT_TRUE(g.in_process && f.in_process);
+  EXPECT_EQ(g.in_process->config, f.in_process->config) << g.in_process->config.ToString();
+  EXPECT_EQ(g.proposed.config, f.proposed.config) << g.proposed.config.ToString();
+  // With a budget, the same plan as the flat forecast's, estimate for estimate.
+  for (Goal goal : {Goal::kTime, Goal::kCost}) {
+    req.options.objective.goal = flat.options.objective.goal = goal;
+    req.options.objective.budget_usd = flat.options.objective.budget_usd = 1.2 * f.current.cost;
+    const Recommendation gb = Recommend(req), fb = Recommend(flat);
+    EXPECT_EQ(gb.proposed.config, fb.proposed.config);
+    EXPECT_DOUBLE_EQ(gb.current.cost, fb.current.cost);
+    EXPECT_DOUBLE_EQ(gb.proposed.hours, fb.proposed.hours);
+  }
 }
 
 // Cheapest within a deadline, with one spot node to be had (a shortage: more would meet the
