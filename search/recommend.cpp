@@ -609,6 +609,18 @@ MixedSearchResult MixedAround(const SearchProblem& p, const SearchResult& single
   return SearchMixed(p, single, step, mo);
 }
 
+// The search's steps predictor: `eff`'s steps from the current to the target progress, with the
+// options' floor on their log sigma.
+std::function<Estimate(double)> StepsPredictor(
+    std::shared_ptr<const estimator::EfficiencyModel> eff, const RecommendOptions& options) {
+  const double from = options.current_progress, to = options.target_progress;
+  const double floor = options.steps_sigma_floor;
+  return [eff, from, to, floor](double batch) {
+    estimator::StepsPrediction s = eff->StepsToProgress(batch, from, to);
+    return Estimate{s.steps, std::sqrt(s.log_sigma * s.log_sigma + floor * floor)};
+  };
+}
+
 // A growing forecast values a batch as if it ran to the end, which favours one larger than the
 // noise now makes efficient. The job changes its batch in process, for free, as the noise grows,
 // so it runs now the batch that is best for the noise now (the flat forecast) on the hardware
@@ -618,13 +630,8 @@ void TakeTheBatchForTheNoiseNow(const SearchProblem& p, const estimator::Efficie
                                 const RecommendOptions& options, Recommendation* r) {
   if (r->action == Recommendation::Action::kMeasure && !r->in_process) return;
   SearchProblem now = p;
-  auto flat = std::make_shared<estimator::EfficiencyModel>(eff.WithoutProgressGrowth());
-  const double from = options.current_progress, to = options.target_progress;
-  const double floor = options.steps_sigma_floor;
-  now.predictor.steps = [flat, from, to, floor](double batch) {
-    estimator::StepsPrediction s = flat->StepsToProgress(batch, from, to);
-    return Estimate{s.steps, std::sqrt(s.log_sigma * s.log_sigma + floor * floor)};
-  };
+  now.predictor.steps = StepsPredictor(
+      std::make_shared<estimator::EfficiencyModel>(eff.WithoutProgressGrowth()), options);
   const Goal goal = p.objective.goal;
   auto batch_now = [&](Evaluation* e) {
     Config best = e->config;
@@ -648,11 +655,23 @@ void TakeTheBatchForTheNoiseNow(const SearchProblem& p, const estimator::Efficie
     }
     e->config = best;
   };
-  if (r->action == Recommendation::Action::kSwitch) batch_now(&r->proposed);
+  if (r->action == Recommendation::Action::kSwitch) {
+    const Config searched = r->proposed.config;
+    batch_now(&r->proposed);
+    if (!(r->proposed.config == searched)) {
+      if (r->best.config == searched) r->best.config = r->proposed.config;  // best = proposed
+      auto& alt = r->alternatives;
+      alt.erase(std::remove_if(alt.begin(), alt.end(),
+                               [&](const Evaluation& e) { return e.config == r->proposed.config; }),
+                alt.end());
+      r->reason += "; at batch " + std::to_string(r->proposed.config.global_batch()) +
+                   " for the noise now, not " + std::to_string(searched.global_batch()) +
+                   " (the batch grows in process with the noise)";
+      if (r->has_current && r->proposed.config == r->current.config)
+        r->action = Recommendation::Action::kKeep;
+    }
+  }
   if (r->in_process) batch_now(&*r->in_process);
-  if (r->has_current && r->action == Recommendation::Action::kSwitch &&
-      r->proposed.config == r->current.config)
-    r->action = Recommendation::Action::kKeep;
 }
 
 }  // namespace
@@ -716,17 +735,12 @@ Recommendation Recommend(const RecommendRequest& req) {
   // progress), not on the growth the job's observations suggest.
   if (req.options.objective.budget_usd > 0 && eff->progress_growth() > 0)
     *eff = eff->WithoutProgressGrowth();
-  const double from = req.options.current_progress, to = req.options.target_progress;
-  const double floor = req.options.steps_sigma_floor;
   SearchProblem p;
   p.catalog = &catalog;
   p.predictor.step_time = [predictor](const InstanceType& t, const Config& c) {
     return predictor->StepTime(t, c);
   };
-  p.predictor.steps = [eff, from, to, floor](double batch) {
-    estimator::StepsPrediction s = eff->StepsToProgress(batch, from, to);
-    return Estimate{s.steps, std::sqrt(s.log_sigma * s.log_sigma + floor * floor)};
-  };
+  p.predictor.steps = StepsPredictor(eff, req.options);
   p.space = req.options.space;
   p.space.observed_batch = std::max(eff->max_observed_batch(), eff->base_batch());  // growth bound
   p.objective = req.options.objective;
@@ -734,7 +748,7 @@ Recommendation Recommend(const RecommendRequest& req) {
   p.objective.uncorrectable_h = (req.options.cost.switch_s + req.options.measure_s) / 3600;
   p.objective.correction_h = req.options.cost.switch_s / 3600;  // ... by a switch
   p.cost = req.options.cost;
-  p.remaining_progress = to - from;
+  p.remaining_progress = req.options.target_progress - req.options.current_progress;
   p.current = &current;
   p.candidates = req.candidates;
   std::set<core::ConfigKey> keys;

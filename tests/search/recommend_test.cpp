@@ -222,6 +222,10 @@ TEST(Recommend, ABudgetIsPlannedOnTheFlatForecastAndTheRestOnTheGrowth) {
   ASSERT_TRUE(g.in_process && f.in_process);
   EXPECT_EQ(g.in_process->config, f.in_process->config) << g.in_process->config.ToString();
   EXPECT_EQ(g.proposed.config, f.proposed.config) << g.proposed.config.ToString();
+  // The recommendation says so and stays one: the best is the proposal, not among the alternatives.
+  EXPECT_NE(g.reason.find("at batch 64 for the noise now, not 128"), std::string::npos) << g.reason;
+  EXPECT_EQ(g.best.config, g.proposed.config);
+  for (const Evaluation& e : g.alternatives) EXPECT_FALSE(e.config == g.proposed.config);
   // With a budget, the same plan as the flat forecast's, estimate for estimate.
   for (Goal goal : {Goal::kTime, Goal::kCost}) {
     req.options.objective.goal = flat.options.objective.goal = goal;
