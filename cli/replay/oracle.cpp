@@ -702,6 +702,11 @@ const Oracle& Oracle::Refined() const {
   return *refined_;
 }
 
+double OracleHorizon(const Scenario& s, double slowest_h) {
+  if (s.objective.deadline_h > 0) return s.objective.deadline_h;
+  return std::max(2 * slowest_h, s.decision_interval_s / 3600);
+}
+
 double Oracle::Horizon(double horizon) const {
   double horizon_h = horizon > 0 ? horizon : o_.horizon_h;
   if (s_.objective.deadline_h > 0)

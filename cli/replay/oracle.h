@@ -39,10 +39,12 @@
 // - The job starts in the start configuration, launched on demand or on spot (as the fixed-spot
 //   baseline is), at no cost: at time 0, or, having waited for spot capacity from time 0, when the
 //   capacity comes (the simulator launches a job that has not run yet without a restart). The run
-//   must finish within `horizon_h` (the deadline when there is one).
+//   must finish within `horizon_h` (the deadline when there is one; see OracleHorizon).
 // - Known limit: capacity that flips within a window (the 1-node traces tick every 32 s) is usable
 //   by a policy minute by minute but by the oracle only for whole windows, so there a policy that
-//   rides the flips (fixed-spot) can cost less than the oracle.
+//   rides the flips (fixed-spot) can cost less than the oracle. Without a deadline the replay's
+//   horizon leaves the oracle room to wait for the next window; what remains is the flips within a
+//   window the oracle cannot use at all.
 #pragma once
 
 #include <cstdint>
@@ -59,7 +61,7 @@ namespace cloudtune::replay {
 struct OracleOptions {
   int levels = 600;     // progress levels (>= 2)
   double window_s = 0;  // decision window, seconds; 0 = decision_interval_s (measure_s with traces)
-  double horizon_h = 0;  // latest finish, hours (> 0, or the scenario's deadline)
+  double horizon_h = 0;  // latest finish, hours (> 0, or the scenario's deadline; OracleHorizon)
   // Report the schedule as text (OracleResult::schedule); it is followed either way.
   bool schedule = false;
   // Threads that build the tables (0 = one per core); the tables do not depend on it.
@@ -86,6 +88,13 @@ struct OracleResult {
   int switches = 0;
   std::vector<std::string> schedule;  // with OracleOptions::schedule: "HOURS h: CONFIG" per change
 };
+
+// The horizon a replay gives the oracle: the deadline when there is one; otherwise twice
+// `slowest_h`, the latest finish among the policies replayed (at least one decision interval).
+// Without a deadline the horizon is no part of the problem, only the end of the recursion. As long
+// as the slowest policy only, it made the window grid (capacity that comes back within a window
+// is used from the next one) cost the oracle more than a spot policy that finished as late.
+double OracleHorizon(const Scenario& s, double slowest_h);
 
 // What one window does in the oracle's model (exposed for tests).
 class WindowModel {

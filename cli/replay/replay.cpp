@@ -265,8 +265,7 @@ void RunRuleBaselines(const Scenario& s, uint64_t seed, const Runner& run) {
   }
 }
 
-// The hindsight optimum and the best fixed configuration, given at least the time the slowest
-// policy took; inserted after cloudtune.
+// The hindsight optimum and the best fixed configuration; inserted after cloudtune.
 void AddHindsight(const Scenario& s, uint64_t seed, const Oracle* oracle,
                   std::vector<PolicyResult>* results) {
   std::vector<PolicyResult>& out = *results;
@@ -274,7 +273,7 @@ void AddHindsight(const Scenario& s, uint64_t seed, const Oracle* oracle,
   for (const PolicyResult& r : out)
     if (r.finished) horizon_h = std::max(horizon_h, r.makespan_h);
   OracleOptions oo = oracle ? oracle->options() : OracleOptions{};
-  oo.horizon_h = std::max(horizon_h, s.decision_interval_s / 3600);
+  oo.horizon_h = OracleHorizon(s, horizon_h);
   std::unique_ptr<Oracle> own;
   if (!oracle) oracle = (own = std::make_unique<Oracle>(s, oo)).get();
   auto as_policy = [&s](const OracleResult& x) {

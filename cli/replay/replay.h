@@ -216,8 +216,9 @@ class Oracle;
 //  informed-greedy    the runtime's Decide() with true step times and steps (no exploration):
 //                     what a perfect model deciding online would do;
 //  hindsight-fixed    the best single configuration in hindsight (cli/replay/oracle.h);
-//  oracle             the hindsight-optimal schedule (cli/replay/oracle.h) within the time the
-//                     slowest other policy took (or the deadline); built from `oracle` when given.
+//  oracle             the hindsight-optimal schedule (cli/replay/oracle.h) within the deadline,
+//                     or without one within twice the time the slowest other policy took
+//                     (OracleHorizon); built from `oracle` when given.
 //                     When no schedule it can follow meets the deadline and budget but its lower
 //                     bound finds one, its progress levels are too coarse to tell whether they can
 //                     be met: it is solved again at twice the levels, up to kMaxOracleRefinement
