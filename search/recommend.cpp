@@ -637,12 +637,9 @@ void TakeTheBatchForTheNoiseNow(const SearchProblem& p, const estimator::Efficie
     Config best = e->config;
     double best_v = Evaluate(now, best).Objective(goal);
     auto offer = [&](const Config& base) {
-      if (base.type != e->config.type || base.nodes != e->config.nodes ||
-          base.gpus_per_node != e->config.gpus_per_node ||
-          base.global_batch() >= e->config.global_batch())
-        return;
       Config c = base;
       c.purchase = e->config.purchase;
+      if (!c.SameHardware(e->config) || c.global_batch() >= e->config.global_batch()) return;
       const double v = Evaluate(now, c).Objective(goal);
       if (v < best_v * (1 - options.hysteresis)) best = c, best_v = v;
     };
