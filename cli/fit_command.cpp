@@ -125,6 +125,9 @@ void RegisterFitCommands(CLI::App& app) {
                   "Catalog CSV for the hardware of the rows' instance types (prefix '+' to extend "
                   "the embedded one; a row may give a GPU's figures: gpu_fp32_tflops, "
                   "gpu_memory_bandwidth_gbs); default $CLOUDTUNE_CATALOG");
+  fit->add_option("--gradient-bytes", fa->options.gradient_bytes,
+                  "Bytes a step all-reduces (the model's gradients; 0 = unknown): carries the "
+                  "network a measured type ran at to the types it projects");
   fit->add_option("--obs-sigma", fa->options.fit.obs_sigma,
                   "Assumed std. dev. of log(time) of one measurement")
       ->capture_default_str();

@@ -24,6 +24,7 @@ struct RecArgs {
   std::string from;             // a sidecar or state file whose recorded inputs are the default
   std::set<std::string> given;  // the flags given on the command line
   double deadline = 0, budget = 0, target = 0, progress = 0, spent = 0, explored = 0;
+  double gradient_bytes = 0;
   int max_nodes = 16, max_local_bsz = 256, min_local_bsz = 8, max_accum = 3;
   bool pareto = false;
 };
@@ -95,6 +96,7 @@ void Validate(const RecArgs& a) {
   NonNegative(a.progress, "--progress");
   NonNegative(a.spent, "--spent");
   NonNegative(a.explored, "--exploration-spent");
+  NonNegative(a.gradient_bytes, "--gradient-bytes");
   if (a.explored > a.spent) {
     std::ostringstream m;
     m << "--exploration-spent: " << a.explored << " exceeds --spent " << a.spent;
@@ -152,7 +154,7 @@ nlohmann::json Pareto(const runtime::Runtime& rt, const core::Snapshot& snap,
   const runtime::FitAndSearchOptions& fo = rt.search_options();
   const search::RecommendRequest req = runtime::BuildRecommendRequest(snap, fo);
   search::ProfilePredictor pred(rt.catalog(), req.profile, req.options.measured_sigma,
-                                req.throughput);
+                                req.throughput, req.gradient_bytes);
   const estimator::EfficiencyModel& eff = *res.efficiency;  // the one the runtime decided with
   const auto& o = req.options;
   search::SearchProblem p;
@@ -233,6 +235,7 @@ std::string RunFrom(const RecArgs& a) {
   if (model) throw InputError("--gns: with --from, give grad_sqr,grad_var,B0 or a noise state");
   if (given("--current")) ParseCurrent(a.current, &snap);
   if (given("--progress")) snap.progress = a.progress;
+  if (given("--gradient-bytes")) snap.gradient_bytes = a.gradient_bytes;
   for (auto& m : snap.profile)
     if (m.key.instance_type.empty()) m.key.instance_type = o.instance_type;
   if (snap.profile.empty()) throw InputError(rec.where + ": the recorded profile is empty");
@@ -265,6 +268,7 @@ void RunRecommend(const RecArgs& a) {
     throw InputError("profile: no configuration and no --current");
   snap.noise_valid = true;
   snap.progress = a.progress;
+  snap.gradient_bytes = a.gradient_bytes;
   if (a.objective == "cost") {
     snap.cost_usd = a.spent;
     snap.exploration_usd = a.explored;
@@ -317,6 +321,9 @@ void RegisterRecommendCommand(CLI::App& app) {
   rec->add_option("--budget", ra->budget, "Budget in USD (0 = none)");
   rec->add_option("--target-progress", ra->target, "Target progress (B0-steps)");
   rec->add_option("--progress", ra->progress, "Progress made so far (B0-steps, default 0)");
+  rec->add_option("--gradient-bytes", ra->gradient_bytes,
+                  "Bytes a step all-reduces (the model's gradients, as the plugin records them; "
+                  "default 0 = unknown): carries the network measured on one type to the others");
   rec->add_option("--spent", ra->spent,
                   "Spent so far in objective units (USD for cost, hours for time; default 0)");
   rec->add_option("--exploration-spent", ra->explored,

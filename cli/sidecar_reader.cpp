@@ -166,6 +166,11 @@ RecordedInputs InputsFromSidecar(const Sidecar& s) {
   const auto exposure = in.find("spot_exposure");  // optional: older sidecars have none
   if (exposure != in.end())
     snap.spot_exposure = runtime::SpotExposureFromJson(*exposure, r.where, "inputs.spot_exposure");
+  const auto bytes = in.find("gradient_bytes");  // optional: older sidecars have none
+  if (bytes != in.end()) {
+    snap.gradient_bytes = f.Number(in, "inputs.gradient_bytes");
+    if (snap.gradient_bytes < 0) f.Fail("inputs.gradient_bytes", "must be >= 0");
+  }
   const auto sf = rec->json.find("straggler_factor");
   if (sf != rec->json.end() && sf->is_number()) snap.straggler_factor = sf->get<double>();
   const auto hist = in.find("noise_history_batches");

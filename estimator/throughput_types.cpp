@@ -33,7 +33,9 @@ struct Shift {
   }
 };
 
-Shift HardwareShift(const Hardware& ref, const Hardware& to, const CrossTypeFitOptions& o) {
+// `ref_alpha_n`: the reference's fitted network all-reduce time of 2 machines (s).
+Shift HardwareShift(const Hardware& ref, const Hardware& to, const CrossTypeFitOptions& o,
+                    double ref_alpha_n) {
   Shift s;
   double sum = 0;
   int known = 0;
@@ -46,7 +48,11 @@ Shift HardwareShift(const Hardware& ref, const Hardware& to, const CrossTypeFitO
                     : known == 1 ? o.partial_spec_compute_sigma
                                  : o.unknown_sigma;
   if (ref.network_gbps > 0 && to.network_gbps > 0) {
-    s.network = std::log(ref.network_gbps / to.network_gbps);
+    const double wire_ref = 8 * o.gradient_bytes / (ref.network_gbps * 1e9);
+    const double wire_to = 8 * o.gradient_bytes / (to.network_gbps * 1e9);
+    const double host = std::isfinite(ref_alpha_n) ? std::max(0.0, ref_alpha_n - wire_ref) : 0;
+    s.network = o.gradient_bytes > 0 && host > 0 ? std::log((wire_to + host) / (wire_ref + host))
+                                                 : std::log(ref.network_gbps / to.network_gbps);
     s.network_sigma = o.network_sigma;
   } else {
     s.network_sigma = o.unknown_sigma;
@@ -55,6 +61,8 @@ Shift HardwareShift(const Hardware& ref, const Hardware& to, const CrossTypeFitO
   s.local_sigma = o.unknown_sigma;
   return s;
 }
+
+double RefAlphaN(const ThroughputModel& ref) { return std::exp(ref.theta()[kAlphaN]); }
 
 // The reference's fitted core moved by `s`: prior terms of another type's fit.
 detail::TypePrior MakePrior(const ThroughputModel& ref, const Shift& s,
@@ -139,6 +147,8 @@ bool CrossTypeFitOptions::IsValid(std::string* error) const {
       {"ratio_sigma", ratio_sigma}};
   for (const auto& [name, v] : sigmas)
     if (!(v > 0) || !std::isfinite(v)) return fail(std::string(name) + " must be > 0");
+  if (!(gradient_bytes >= 0) || !std::isfinite(gradient_bytes))
+    return fail("gradient_bytes must be >= 0");
   return true;
 }
 
@@ -162,7 +172,7 @@ CrossTypeThroughputModel FitCrossType(const std::vector<Measurement>& data,
   const Hardware ref_hw = out.hardware(out.reference_);
   for (const auto& [type, ms] : by_type) {
     if (type == out.reference_) continue;
-    const Shift s = HardwareShift(ref_hw, out.hardware(type), options);
+    const Shift s = HardwareShift(ref_hw, out.hardware(type), options, RefAlphaN(ref));
     out.models_.emplace(type, FitThroughputWithPrior(ms, options.fit, MakePrior(ref, s, options)));
     out.priors_[type] = s.ToJson();
   }
@@ -188,7 +198,8 @@ ThroughputModel CrossTypeThroughputModel::ModelFor(const std::string& type,
     throw InputError("instance type '" + type +
                      "' was not measured and has no catalog entry (GPU TFLOPS, memory bandwidth "
                      "or network bandwidth): its throughput cannot be projected");
-  const Shift s = HardwareShift(hardware(reference_), hw, options_);
+  const Shift s =
+      HardwareShift(hardware(reference_), hw, options_, RefAlphaN(models_.at(reference_)));
   return models_.at(reference_).Projected(ShiftVector(s), ShiftCovariance(s, options_));
 }
 
@@ -229,7 +240,8 @@ nlohmann::json CrossTypeThroughputModel::ToJson() const {
             {"network_sigma", o.network_sigma},
             {"host_sigma", o.host_sigma},
             {"unknown_sigma", o.unknown_sigma},
-            {"ratio_sigma", o.ratio_sigma}}}};
+            {"ratio_sigma", o.ratio_sigma},
+            {"gradient_bytes", o.gradient_bytes}}}};
 }
 
 namespace {
@@ -297,6 +309,7 @@ CrossTypeThroughputModel CrossTypeThroughputModel::FromJson(const nlohmann::json
     o.host_sigma = NumberOr(p, "host_sigma", "projection", source, o.host_sigma);
     o.unknown_sigma = NumberOr(p, "unknown_sigma", "projection", source, o.unknown_sigma);
     o.ratio_sigma = NumberOr(p, "ratio_sigma", "projection", source, o.ratio_sigma);
+    o.gradient_bytes = NumberOr(p, "gradient_bytes", "projection", source, o.gradient_bytes);
     std::string err;
     if (!o.IsValid(&err)) throw InputError(source + ": projection: " + err);
   }

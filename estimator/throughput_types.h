@@ -11,7 +11,10 @@
 //   - per-sample compute time (beta_c) by the ratio of the GPUs' training TFLOPS and memory
 //     bandwidth (their geometric mean: training kernels are partly compute-, partly memory-bound);
 //   - the all-reduce over the network (alpha_n, beta_n, delta_n together) by the ratio of the
-//     machines' network bandwidth;
+//     machines' network bandwidth; when the job says how many bytes a step all-reduces
+//     (CrossTypeFitOptions::gradient_bytes), by the ratio of the wire time at each machine's line
+//     rate plus the per-byte host time the reference measured beyond its own wire time (see
+//     gradient_bytes);
 //   - the batch-independent compute time (alpha_c: launches, host, data loading) and the all-reduce
 //     within one machine (alpha_l, beta_l: PCIe or NVLink, which the catalog does not say) stay at
 //     the reference's value with a wide prior;
@@ -72,6 +75,17 @@ struct CrossTypeFitOptions {
   // Log standard deviation between types of the ratios beta_n/alpha_n, delta_n/alpha_n and
   // beta_l/alpha_l (latency vs bandwidth terms of the same bytes). Must be > 0.
   double ratio_sigma = 0.3;
+  // Bytes one optimizer step all-reduces: a property of the job (its gradients: the elements of
+  // the parameters that require a gradient times their element size, 4 in FP32), not a setting.
+  // 0 = unknown. When known, the network all-reduce of 2 machines moves from the reference's
+  // fitted time t (alpha_n) to another type's as the sum of a wire time and a host time: a
+  // 2-machine ring sends the gradient bytes G once over each machine's link, so the wire takes w =
+  // 8 G / line rate; what the reference took beyond its wire time, h = max(0, t - w_ref), is
+  // per-byte work that the link does not explain (the host stack, the few flows a collective
+  // opens, a per-flow rate cap) and is carried to the other type unchanged:
+  // t_to = t (w_to + h) / (w_ref + h). With h = 0 (a reference at its line rate) this is the
+  // ratio of line rates, as without the bytes. Must be >= 0.
+  double gradient_bytes = 0;
 
   bool IsValid(std::string* error) const;
 };

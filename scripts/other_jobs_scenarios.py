@@ -41,6 +41,11 @@ import tempfile
 from spot_trace_variants import absolute, write  # absolute paths; a scenario written by name
 from trace_keys import rows_by_key
 
+# Bytes a step all-reduces (4 x the parameters, FP32) of the models whose architecture is known:
+# cifar10 is ResNet-18 for CIFAR (adaptdl examples/pytorch-cifar). The others get none, as a job
+# whose runtime was not told.
+GRADIENT_BYTES = {"cifar10": 4 * 11173962}
+
 TEMPLATES = ["pollux-imagenet-multitype", "pollux-imagenet-multitype-deadline",
              "pollux-imagenet-multitype-deadline-spot16"]
 
@@ -100,6 +105,9 @@ def main():
         for t in s["traces"]:
             t["csv"] = csvs[t["instance_type"]]
         s["noise"] = {"validation_csv": batch[b0], "base_batch": b0}
+        s.pop("gradient_bytes", None)  # the template's is imagenet's (ResNet-50)
+        if model in GRADIENT_BYTES:
+            s["gradient_bytes"] = GRADIENT_BYTES[model]
         s["validation"] = {str(b): batch[b] for b in sorted(batch)}
         lbs = sorted({k[2] for k in rows_by_key(csvs["g4dn.12xlarge"]) if k[:2] == (2, 8)})
         if not lbs:

@@ -98,12 +98,14 @@ double ExpectedImprovement(double incumbent, double median, double sigma, double
 namespace {
 estimator::CrossTypeThroughputModel FitProfile(const Catalog& catalog,
                                                const std::vector<core::Measurement>& profile,
-                                               const estimator::ThroughputFitOptions& fit) {
+                                               const estimator::ThroughputFitOptions& fit,
+                                               double gradient_bytes) {
   std::map<std::string, estimator::Hardware> hardware;
   for (const auto& m : profile)
     hardware.emplace(m.key.instance_type, HardwareOf(catalog, m.key.instance_type));
   estimator::CrossTypeFitOptions options;
   options.fit = fit;
+  options.gradient_bytes = gradient_bytes;
   return estimator::FitCrossType(profile, hardware, options);
 }
 }  // namespace
@@ -111,10 +113,11 @@ estimator::CrossTypeThroughputModel FitProfile(const Catalog& catalog,
 ProfilePredictor::ProfilePredictor(const Catalog& catalog,
                                    const std::vector<core::Measurement>& profile,
                                    double measured_sigma,
-                                   const estimator::ThroughputFitOptions& fit)
+                                   const estimator::ThroughputFitOptions& fit,
+                                   double gradient_bytes)
     : catalog_(catalog),
       measured_sigma_(measured_sigma),
-      model_(FitProfile(catalog, profile, fit)) {
+      model_(FitProfile(catalog, profile, fit, gradient_bytes)) {
   for (const auto& m : profile) measured_[m.key] = m.step_time;
 }
 
@@ -721,7 +724,7 @@ Recommendation Recommend(const RecommendRequest& req) {
     throw InputError("current configuration: instance type '" + current.type +
                      "' is not in the catalog");
   auto predictor = std::make_shared<ProfilePredictor>(catalog, profile, req.options.measured_sigma,
-                                                      req.throughput);
+                                                      req.throughput, req.gradient_bytes);
   auto eff = std::make_shared<estimator::EfficiencyModel>(
       req.efficiency ? *req.efficiency
                      : estimator::EfficiencyModel::FromNoise(

@@ -90,6 +90,9 @@ struct RecommendRequest {
   std::vector<Config> candidates;
   // Options of the per-type throughput fits.
   estimator::ThroughputFitOptions throughput;
+  // Bytes one step all-reduces (core::Snapshot::gradient_bytes; 0 = unknown): carries the
+  // network the job measured to the types it has not (estimator::CrossTypeFitOptions).
+  double gradient_bytes = 0;
 };
 
 struct Recommendation {
@@ -168,8 +171,10 @@ LaunchAdvice AdviseLaunch(const InstanceType& type, int nodes, const ObjectiveOp
 // type from its own fit, an unmeasured one projected from the best-measured type.
 class ProfilePredictor {
  public:
+  // `gradient_bytes`: as RecommendRequest::gradient_bytes.
   ProfilePredictor(const Catalog& catalog, const std::vector<core::Measurement>& profile,
-                   double measured_sigma, const estimator::ThroughputFitOptions& fit = {});
+                   double measured_sigma, const estimator::ThroughputFitOptions& fit = {},
+                   double gradient_bytes = 0);
   Estimate StepTime(const InstanceType& t, const Config& c) const;
   bool Measured(const std::string& type) const { return model_.Measured(type); }
   // The model over the profile's instance types.

@@ -76,6 +76,7 @@ search::Recommendation CloudtuneDecide(const runtime::Runtime& rt, const JobView
   snap.spot_nodes_available = job.spot_nodes_available;
   snap.noise_history = job.noise_history;
   snap.spot_exposure = job.spot_exposure;
+  snap.gradient_bytes = job.gradient_bytes;
   return rt.Decide(snap, "timer").decision;
 }
 

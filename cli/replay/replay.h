@@ -20,6 +20,9 @@
 //                                    (read as the efficiency fit reads it: each row's statistics
 //                                    are averages over its interval, placed at its midpoint)
 //   "target_progress": 0,            // B0-steps; 0 = the last progress of the validation trace
+//   "gradient_bytes": 102228128,     // optional: bytes a step all-reduces (the model's gradients,
+//                                    // 4 x parameters in FP32), as the live plugin reads them off
+//                                    // the model; given to the cloudtune policy only. 0 = unknown
 //   "start": {"instance_type": "...", "nodes": 1, "gpus_per_node": 4, "local_bsz": 20,
 //             "accum_steps": 0},     // the job's first configuration (on demand)
 //   "objective": {"goal": "cost", "deadline_h": 0, "budget_usd": 0},
@@ -93,6 +96,9 @@ struct Scenario {
   std::vector<core::NoiseObservation> noise;  // by progress (ascending)
   double base_batch = 1;
   double target_progress = 0;
+  // Bytes one step of the job all-reduces (its model's gradients; 0 = not given): what the live
+  // plugin reads off the model, given to the cloudtune policy as a job knows it.
+  double gradient_bytes = 0;
   Config start;
   ObjectiveOptions objective;
   CostOptions cost;  // the job's costs (cost.notice_s stays 0: baselines do not watch notices)
@@ -173,6 +179,7 @@ struct JobView {
   std::vector<core::NoiseObservation> noise_history;
   // Its spot exposure and the revocations it has seen, per type.
   std::map<std::string, core::SpotExposure> spot_exposure;
+  double gradient_bytes = 0;  // what its model all-reduces a step (Scenario::gradient_bytes)
 };
 // The runtime setup of the scenario's job (objective, target, catalog, traced configurations as
 // the candidates): the cloudtune policy constructs the runtime a live job constructs.

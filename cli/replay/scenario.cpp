@@ -287,6 +287,7 @@ Scenario ParseScenarioFields(const nlohmann::json& j, const std::string& name,
     if (s.seeds.empty()) throw InputError(name + ": seeds: empty");
   }
   s.step_noise_sigma = NumberField(j, "step_noise_sigma", s.step_noise_sigma, name, false);
+  s.gradient_bytes = NumberField(j, "gradient_bytes", s.gradient_bytes, name, false);
   s.decision_interval_s = NumberField(j, "decision_interval_s", s.decision_interval_s, name, true);
   s.measure_s = NumberField(j, "measure_s", s.measure_s, name, true);
   if (j.contains("cost")) {

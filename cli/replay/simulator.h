@@ -275,6 +275,7 @@ class Simulator {
     for (const auto& [type, trace] : s_.spot) job.spot_nodes_available[type] = SpotAvailable(type);
     job.noise_history = noise_history_;
     job.spot_exposure = exposure_;
+    job.gradient_bytes = s_.gradient_bytes;
     return job;
   }
   // Runs a policy that sees only the job's view. It is launched in `launch` (the start

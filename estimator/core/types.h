@@ -115,8 +115,11 @@ struct Snapshot {
   std::optional<Purchase> purchase;
   int gpus_per_node = 0;             // of the current configuration (0 = current.gpus_per_node())
   std::vector<Measurement> profile;  // every configuration measured so far (trace CSV values)
-  NoiseState noise;                  // smoothed gradient statistics
-  bool noise_valid = false;          // false until a gradient-noise step has been folded in
+  // Bytes one optimizer step all-reduces: the gradients of the parameters that require one, times
+  // their element size (set by the plugin from the model it sees; 0 = unknown).
+  double gradient_bytes = 0;
+  NoiseState noise;          // smoothed gradient statistics
+  bool noise_valid = false;  // false until a gradient-noise step has been folded in
   // Gradient statistics over the run (one per measurement interval); with observations at two or
   // more batch sizes the efficiency drift model is fitted from them.
   std::vector<NoiseObservation> noise_history;

@@ -261,6 +261,7 @@ search::RecommendRequest BuildRecommendRequest(const Snapshot& s, const FitAndSe
     obj.deadline_h = std::max(1e-6, obj.deadline_h - s.elapsed_seconds / 3600.0);
   if (obj.budget_usd > 0) obj.budget_usd = std::max(1e-6, obj.budget_usd - s.cost_usd);
   req.throughput = o.throughput;
+  req.gradient_bytes = s.gradient_bytes;
   req.candidates = o.candidates;
   // Spot capacity the job knows of: candidates that need more spot nodes than can be had are out.
   for (const auto& [t, n] : s.spot_nodes_available) req.options.space.spot_nodes_available[t] = n;

@@ -45,7 +45,10 @@ std::string DefaultHistoryPath();
 // order. Two jobs of the same model (and the same gradient bucketing) share it.
 struct ModelSignature {
   long long parameters = 0;  // elements over all gradient tensors
-  std::string shapes_hash;   // FNV-1a 64 of the shapes, hex
+  // Bytes over all gradient tensors (elements x element size): what one step all-reduces. Not part
+  // of the identity (the same model in another precision is the same model).
+  double gradient_bytes = 0;
+  std::string shapes_hash;  // FNV-1a 64 of the shapes, hex
   bool empty() const { return shapes_hash.empty(); }
   std::string ToString() const;  // "P-HASH", e.g. "206922-9f3c…"
 };

@@ -61,6 +61,7 @@ nlohmann::json InputsJson(const core::Snapshot& s, bool restored) {
             {"accum_steps", s.current.accum_steps},
             {"instance_type", s.current.instance_type}}},
           {"restored", restored},
+          {"gradient_bytes", s.gradient_bytes},
           {"spot_exposure", SpotExposureJson(s.spot_exposure)},
           {"profile_csv", csv.str()}};
 }
@@ -367,6 +368,8 @@ std::shared_ptr<const core::Snapshot> Runtime::Convert(const core::Snapshot& p) 
   s->noise_history = base_.noise_history;
   s->noise_history.insert(s->noise_history.end(), history_.begin(), history_.end());
   s->straggler_factor = straggler_factor_.load(std::memory_order_relaxed);
+  if (!(s->gradient_bytes > 0))
+    if (const auto sig = std::atomic_load(&signature_)) s->gradient_bytes = sig->gradient_bytes;
   step_.store(s->step, std::memory_order_relaxed);
   return s;
 }

@@ -249,6 +249,7 @@ at::Tensor Plugin::GradsLocalTensor(const std::vector<at::Tensor>& grads) {
 #ifdef CLOUDTUNE_WITH_CUDA
   if (enabled() && use_cuda_) {
     try {
+      if (!noted_model_) NoteModel(grads);
       at::Tensor s = hooks::SquaredNormDevice(grads);
       cuda_local_ = cuda_local_.defined() ? cuda_local_ + s : s;
       ++micro_seen_;
@@ -298,8 +299,14 @@ void Plugin::NoteModel(const std::vector<at::Tensor>& tensors) {
   try {
     std::vector<std::vector<int64_t>> shapes;
     shapes.reserve(tensors.size());
-    for (const auto& t : tensors) shapes.push_back(t.sizes().vec());
-    runtime_->SetModelSignature(runtime::MakeSignature(shapes));
+    double bytes = 0;
+    for (const auto& t : tensors) {
+      shapes.push_back(t.sizes().vec());
+      if (t.defined()) bytes += static_cast<double>(t.numel()) * t.element_size();
+    }
+    runtime::ModelSignature signature = runtime::MakeSignature(shapes);
+    signature.gradient_bytes = bytes;
+    runtime_->SetModelSignature(signature);
   } catch (const std::exception& e) {
     Fail("model_signature", e.what());
   }

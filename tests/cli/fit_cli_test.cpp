@@ -222,6 +222,15 @@ TEST(FitCli, BadOptionsNameTheOption) {
   std::ifstream in(model);
   const auto j = nlohmann::json::parse(in);
   EXPECT_EQ(j.at("types").at("v100").at("model").at("model").at("growth_sigma").get<double>(), 0.0);
+  // The bytes a step all-reduces: named when negative, written to the model when given.
+  r = RunCli("fit " + kGavel + "v100_resnet50.csv -o " + model + " --gradient-bytes=-1");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.err, "cloudtune: error: fit: gradient_bytes must be >= 0\n");
+  ASSERT_EQ(
+      RunCli("fit " + kGavel + "v100_resnet50.csv -o " + model + " --gradient-bytes 102228128")
+          .status,
+      0);
+  EXPECT_EQ(nlohmann::json::parse(Slurp(model)).at("projection").at("gradient_bytes"), 102228128.0);
 }
 
 TEST(FitCli, MissingArgumentsAreUsageErrors) {

@@ -751,6 +751,11 @@ TEST(Replay, BadScenarioMessages) {
   j["decision_interval_s"] = 0;
   EXPECT_EQ(ErrorOf(j), "s.json: decision_interval_s: must be > 0");
   j = Base();
+  j["gradient_bytes"] = -1;
+  EXPECT_EQ(ErrorOf(j), "s.json: gradient_bytes: must be >= 0");
+  j["gradient_bytes"] = "100MB";
+  EXPECT_EQ(ErrorOf(j), "s.json: gradient_bytes: not a number");
+  j = Base();
   j["noise"].erase("validation_csv");
   EXPECT_EQ(ErrorOf(j), "s.json: noise: missing field 'validation_csv'");
   j = Base();

@@ -106,16 +106,21 @@ TEST(SidecarReader, InputsNameTheMissingField) {
 
 // The spot exposure a job recorded comes back with its inputs (older sidecars have none); a bad
 // one is named.
+// The test sidecar with inputs.<field> = value in its recommendation records, written as `name`.
+std::string WithInput(const std::string& field, const nlohmann::json& value,
+                      const std::string& name) {
+  std::string text;
+  for (const auto& l : Lines(kSidecar)) {
+    auto j = nlohmann::json::parse(l);
+    if (j["kind"] == "recommendation") j["inputs"][field] = value;
+    text += j.dump() + "\n";
+  }
+  return Write(name, text);
+}
+
 TEST(SidecarReader, InputsCarryTheSpotExposure) {
-  const auto lines = Lines(kSidecar);
-  auto with = [&](const nlohmann::json& exposure, const std::string& name) {
-    std::string text;
-    for (const auto& l : lines) {
-      auto j = nlohmann::json::parse(l);
-      if (j["kind"] == "recommendation") j["inputs"]["spot_exposure"] = exposure;
-      text += j.dump() + "\n";
-    }
-    return Write(name, text);
+  auto with = [](const nlohmann::json& exposure, const std::string& name) {
+    return WithInput("spot_exposure", exposure, name);
   };
   EXPECT_TRUE(
       cloudtune::cli::InputsFromSidecar(ReadSidecar(kSidecar)).snapshot.spot_exposure.empty());
@@ -132,6 +137,26 @@ TEST(SidecarReader, InputsCarryTheSpotExposure) {
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find(
                   "\"inputs.spot_exposure.g4dn.12xlarge.revocations\" = -1 is out of range (>= 0)"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+// The bytes a step all-reduces come back with the inputs (older sidecars have none: unknown); a
+// negative count is named.
+TEST(SidecarReader, InputsCarryTheGradientBytes) {
+  auto with = [](const nlohmann::json& bytes, const std::string& name) {
+    return WithInput("gradient_bytes", bytes, name);
+  };
+  EXPECT_EQ(cloudtune::cli::InputsFromSidecar(ReadSidecar(kSidecar)).snapshot.gradient_bytes, 0);
+  EXPECT_EQ(cloudtune::cli::InputsFromSidecar(ReadSidecar(with(827688, "bytes.jsonl")))
+                .snapshot.gradient_bytes,
+            827688);
+  try {
+    cloudtune::cli::InputsFromSidecar(ReadSidecar(with(-5, "badbytes.jsonl")));
+    FAIL() << "a negative byte count was accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find(": inputs.gradient_bytes: must be >= 0"),
               std::string::npos)
         << e.what();
   }

@@ -125,11 +125,14 @@ json CliRecommend(const json& rec, const fs::path& dir) {
                 c["num_nodes"].get<int>(), c["gpus_per_node"].get<int>(), c["local_bsz"].get<int>(),
                 c["accum_steps"].get<int>());
   std::snprintf(prog, sizeof prog, "%.17g", in["progress"].get<double>());
+  char bytes[64];
+  std::snprintf(bytes, sizeof bytes, "%.17g", in["gradient_bytes"].get<double>());
   const std::string out = (dir / "cli.json").string();
   fs::remove(out);
   const std::string cmd = "'" + kCli + "' recommend --profile '" + csv.string() + "' --gns " + gns +
                           " --current " + cur + " --target-progress " + std::to_string(kTarget) +
-                          " --progress " + prog + " --format json -o '" + out + "'";
+                          " --progress " + prog + " --gradient-bytes " + bytes +
+                          " --format json -o '" + out + "'";
   EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
   return json::parse(Slurp(out));
 }
@@ -189,6 +192,8 @@ TEST(Online, RecommendationsMatchCliAndHttpAnswersWhileTraining) {
   for (const auto& r : recs) {
     EXPECT_EQ(r["target_progress"], kTarget);
     EXPECT_GT(r["inputs"]["progress"].get<double>(), 0);
+    // What a step all-reduces: the example model's 206,922 FP32 gradients.
+    EXPECT_EQ(r["inputs"]["gradient_bytes"].get<double>(), 4.0 * 206922);
     ExpectSameRecommendation(r, dir);
   }
   // The state was saved (write-then-rename: no temporary left behind).

@@ -197,6 +197,47 @@ TEST(CrossType, UnmeasuredTypesAreProjectedWithWiderUncertainty) {
             m.Predict(Key("a", 1, 1, 32)).step_time);
 }
 
+TEST(CrossType, TheGradientBytesCarryAReferenceBelowItsLineRateToASlowerLink) {
+  // The job all-reduces 100 MB a step. Type a's machines have 50 Gbit/s links, whose wire time for
+  // it is 8e8 / 50e9 = 0.016 s, yet its 2-machine all-reduce takes 0.2 s: 0.184 s of host time per
+  // step that the link does not explain. Type c (same GPU) has a 2.5 Gbit/s link: 0.32 s of wire
+  // time plus the same host time, 0.504 s; the line rates' ratio alone would say 20 x 0.2 = 4 s.
+  const double bytes = 1e8, host = 0.2 - 8 * bytes / 50e9;
+  Truth a;
+  a.alpha_n = 0.2;
+  const Truth c = a.On(1.0, 0.2 / (8 * bytes / 2.5e9 + host), 1.0);
+  const std::map<std::string, Hardware> hw = {{"a", Hw(10, 400, 50)}, {"c", Hw(10, 400, 2.5)}};
+  std::vector<ConfigKey> over_network;
+  for (const auto& k : Grid("c"))
+    if (k.num_nodes >= 2) over_network.push_back(k);
+  const auto data = Measure(a, Grid("a"), 11);
+  CrossTypeFitOptions o;
+  o.gradient_bytes = bytes;
+  const auto m = FitCrossType(data, hw, o), blind = FitCrossType(data, hw);
+  const Score with = Evaluate(m, c, over_network, 2), without = Evaluate(blind, c, over_network, 2);
+  EXPECT_LT(with.mape, 0.15);
+  EXPECT_GE(with.within, 0.9);
+  EXPECT_GT(without.mape, 1.0);  // the line rates' ratio, 20x, applied to the measured 0.2 s
+  // The bytes travel with the model.
+  const auto back =
+      CrossTypeThroughputModel::FromJson(nlohmann::json::parse(m.ToJson().dump()), "m");
+  EXPECT_NEAR(back.Predict(Key("c", 4, 8, 64)).step_time / m.Predict(Key("c", 4, 8, 64)).step_time,
+              1.0, 1e-9);
+  // A reference whose all-reduce takes no longer than its wire time (at its line rate, or the
+  // bytes overstated, e.g. compressed gradients) leaves no host time: the bytes change nothing,
+  // the projection is the ratio of line rates, as without them.
+  Truth fast = a;
+  fast.alpha_n = 0.6 * 8 * bytes / 50e9;
+  const auto data_fast = Measure(fast, Grid("a"), 12);
+  const auto mf = FitCrossType(data_fast, hw, o), bf = FitCrossType(data_fast, hw);
+  EXPECT_NEAR(mf.Predict(Key("c", 4, 8, 64)).step_time / bf.Predict(Key("c", 4, 8, 64)).step_time,
+              1.0, 1e-9);
+  o.gradient_bytes = -1;
+  std::string err;
+  EXPECT_FALSE(o.IsValid(&err));
+  EXPECT_EQ(err, "gradient_bytes must be >= 0");
+}
+
 TEST(CrossType, DegenerateTypesFitAndFlagWhatIsNotIdentified) {
   const Truth a, b = a.On(1.5, 1.0, 1.0);
   auto data = Measure(a, Grid("a"), 6);
