@@ -41,10 +41,11 @@ import tempfile
 from spot_trace_variants import absolute, write  # absolute paths; a scenario written by name
 from trace_keys import rows_by_key
 
-# Bytes a step all-reduces (4 x the parameters, FP32) of the models whose architecture is known:
-# cifar10 is ResNet-18 for CIFAR (adaptdl examples/pytorch-cifar). The others get none, as a job
-# whose runtime was not told.
-GRADIENT_BYTES = {"cifar10": 4 * 11173962}
+# Bytes a step all-reduces (4 x the parameters, FP32), of the models the traces' benchmark ran
+# (adaptdl osdi21-artifact, benchmark/models/): cifar10 is ResNet-18 for CIFAR; bert is
+# bert-base-uncased with a span head (run_squad.py); ncf is NeuMF-end on ml-1m (6,040 users,
+# 3,706 items, 32 factors, 3 MLP layers; dense embeddings, all-reduced whole).
+GRADIENT_BYTES = {"cifar10": 4 * 11173962, "bert": 4 * 109483778, "ncf": 4 * 1602657}
 
 TEMPLATES = ["pollux-imagenet-multitype", "pollux-imagenet-multitype-deadline",
              "pollux-imagenet-multitype-deadline-spot16"]
