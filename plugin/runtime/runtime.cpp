@@ -368,8 +368,10 @@ std::shared_ptr<const core::Snapshot> Runtime::Convert(const core::Snapshot& p) 
   s->noise_history = base_.noise_history;
   s->noise_history.insert(s->noise_history.end(), history_.begin(), history_.end());
   s->straggler_factor = straggler_factor_.load(std::memory_order_relaxed);
-  if (!(s->gradient_bytes > 0))
-    if (const auto sig = std::atomic_load(&signature_)) s->gradient_bytes = sig->gradient_bytes;
+  if (!(s->gradient_bytes > 0)) {  // the model's, once seen; until then the restored job's
+    const auto sig = std::atomic_load(&signature_);
+    s->gradient_bytes = sig ? sig->gradient_bytes : base_.gradient_bytes;
+  }
   step_.store(s->step, std::memory_order_relaxed);
   return s;
 }

@@ -131,7 +131,8 @@ json SavedState::ToJson() const {
           {"gns", gns},
           {"models", models},
           {"recommendation", recommendation},
-          {"spot_exposure", SpotExposureJson(spot_exposure)}};
+          {"spot_exposure", SpotExposureJson(spot_exposure)},
+          {"gradient_bytes", gradient_bytes}};
 }
 
 json SpotExposureJson(const std::map<std::string, core::SpotExposure>& exposure) {
@@ -178,6 +179,7 @@ SavedState SavedState::FromJson(const json& j, const std::string& source) {
   s.recommendation = Member(j, "recommendation", source, "");
   if (j.contains("spot_exposure"))
     s.spot_exposure = SpotExposureFromJson(j["spot_exposure"], source, "spot_exposure");
+  if (j.contains("gradient_bytes")) s.gradient_bytes = Number(j, "gradient_bytes", source, "", 0);
   return s;
 }
 
@@ -286,6 +288,7 @@ SavedState MakeSavedState(const core::Snapshot& s, const nlohmann::json* recomme
   st.noise = s.noise;
   st.gns = gns.is_object() ? std::move(gns) : nlohmann::json::object();
   st.spot_exposure = s.spot_exposure;
+  st.gradient_bytes = s.gradient_bytes;
   if (recommendation) {
     st.recommendation = *recommendation;
     if (recommendation->is_object() && recommendation->contains("models") &&
@@ -310,6 +313,7 @@ core::Snapshot RestoreSnapshot(const SavedState& state) {
   s.profile = state.profile;
   s.noise = state.noise;
   s.spot_exposure = state.spot_exposure;
+  s.gradient_bytes = state.gradient_bytes;
   if (state.gns.is_object() && state.gns.contains("noise_history") &&
       state.gns["noise_history"].is_array()) {
     for (const auto& row : state.gns["noise_history"]) {

@@ -44,7 +44,8 @@ struct SavedState {
   // Spot exposure and revocations per instance type over the run (optional in the file: states
   // written before it have none).
   std::map<std::string, core::SpotExposure> spot_exposure;
-  std::string saved_at;  // UTC, ISO 8601 (set by SaveState)
+  double gradient_bytes = 0;  // what a step all-reduces (optional in the file; 0 = unknown)
+  std::string saved_at;       // UTC, ISO 8601 (set by SaveState)
 
   // The payload ("state" member of the file).
   nlohmann::json ToJson() const;

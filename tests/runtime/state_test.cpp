@@ -75,6 +75,7 @@ TEST_F(StateTest, DefaultOptionsAreValid) {
 TEST_F(StateTest, RoundTrip) {
   SavedState s = Sample();
   s.spot_exposure["g4dn.12xlarge"] = {12.5, 3};
+  s.gradient_bytes = 827688;
   std::string err;
   ASSERT_TRUE(SaveState(path_, s, &err)) << err;
   // Write-then-rename leaves no temporary behind.
@@ -103,6 +104,8 @@ TEST_F(StateTest, RoundTrip) {
   ASSERT_EQ(t.spot_exposure.count("g4dn.12xlarge"), 1u);
   EXPECT_EQ(t.spot_exposure.at("g4dn.12xlarge").node_hours, 12.5);
   EXPECT_EQ(t.spot_exposure.at("g4dn.12xlarge").revocations, 3);
+  EXPECT_EQ(t.gradient_bytes, 827688);
+  EXPECT_EQ(RestoreSnapshot(t).gradient_bytes, 827688);
   EXPECT_FALSE(t.saved_at.empty());
   // Any job id accepted when none is expected; overwrite replaces atomically.
   EXPECT_EQ(LoadState(path_, "").status, LoadStatus::kLoaded);
@@ -164,6 +167,19 @@ TEST_F(StateTest, ImplausiblePayloadIsRejectedByFromJson) {
   j = Sample().ToJson();
   j.erase("spot_exposure");
   EXPECT_TRUE(SavedState::FromJson(j, "f.json").spot_exposure.empty());
+  // ... and before the gradient bytes were (0: unknown); a negative count is named.
+  j.erase("gradient_bytes");
+  EXPECT_EQ(SavedState::FromJson(j, "f.json").gradient_bytes, 0);
+  j["gradient_bytes"] = -4;
+  try {
+    SavedState::FromJson(j, "f.json");
+    FAIL();
+  } catch (const cloudtune::InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("\"gradient_bytes\" = -4 is out of range (>= 0.0)"),
+              std::string::npos)
+        << e.what();
+  }
+  j.erase("gradient_bytes");
   j["spot_exposure"] = {{"g4dn.12xlarge", {{"node_hours", 1.0}, {"revocations", -1}}}};
   try {
     SavedState::FromJson(j, "f.json");
