@@ -51,8 +51,8 @@ Shift HardwareShift(const Hardware& ref, const Hardware& to, const CrossTypeFitO
     const double wire_ref = 8 * o.gradient_bytes / (ref.network_gbps * 1e9);
     const double wire_to = 8 * o.gradient_bytes / (to.network_gbps * 1e9);
     const double host = std::isfinite(ref_alpha_n) ? std::max(0.0, ref_alpha_n - wire_ref) : 0;
-    s.network = o.gradient_bytes > 0 && host > 0 ? std::log((wire_to + host) / (wire_ref + host))
-                                                 : std::log(ref.network_gbps / to.network_gbps);
+    s.network = o.gradient_bytes > 0 ? std::log((wire_to + host) / (wire_ref + host))
+                                     : std::log(ref.network_gbps / to.network_gbps);
     s.network_sigma = o.network_sigma;
   } else {
     s.network_sigma = o.unknown_sigma;
