@@ -53,7 +53,10 @@ Shift HardwareShift(const Hardware& ref, const Hardware& to, const CrossTypeFitO
     const double host = std::isfinite(ref_alpha_n) ? std::max(0.0, ref_alpha_n - wire_ref) : 0;
     s.network = o.gradient_bytes > 0 ? std::log((wire_to + host) / (wire_ref + host))
                                      : std::log(ref.network_gbps / to.network_gbps);
-    s.network_sigma = o.network_sigma;
+    // The host part is carried unchanged although nothing known says that the other machine's
+    // is the same: its share of the projected time adds unknown_sigma to what the line rates miss.
+    const double host_share = o.gradient_bytes > 0 && host > 0 ? host / (wire_to + host) : 0;
+    s.network_sigma = std::hypot(o.network_sigma, host_share * o.unknown_sigma);
   } else {
     s.network_sigma = o.unknown_sigma;
   }

@@ -62,7 +62,8 @@ struct CrossTypeFitOptions {
   double partial_spec_compute_sigma = 0.45;
   // Log standard deviation of the network all-reduce time relative to the reference's when
   // projected from the machines' Gbit/s: latency, NIC offload and topology are not in the
-  // ratio. Must be > 0.
+  // ratio. With gradient_bytes, the host time the reference measured beyond its wire time adds
+  // unknown_sigma times its share of the projected time (see gradient_bytes). Must be > 0.
   double network_sigma = 0.5;
   // Log standard deviation of the batch-independent compute time between types: host CPUs,
   // kernel-launch latency and data loading differ between machines and are not in the catalog.
@@ -84,7 +85,9 @@ struct CrossTypeFitOptions {
   // per-byte work that the link does not explain (the host stack, the few flows a collective
   // opens, a per-flow rate cap) and is carried to the other type unchanged:
   // t_to = t (w_to + h) / (w_ref + h). With h = 0 (a reference at its line rate) this is the
-  // ratio of line rates, as without the bytes. Must be >= 0.
+  // ratio of line rates, as without the bytes. Nothing in the catalog says that the other
+  // machines' host time is the same, so the projection's log standard deviation is
+  // hypot(network_sigma, unknown_sigma * h / (w_to + h)). Must be >= 0.
   double gradient_bytes = 0;
 
   bool IsValid(std::string* error) const;

@@ -197,16 +197,26 @@ TEST(CrossType, UnmeasuredTypesAreProjectedWithWiderUncertainty) {
             m.Predict(Key("a", 1, 1, 32)).step_time);
 }
 
+// The job all-reduces 100 MB a step. Type a's machines have 50 Gbit/s links, whose wire time for it
+// is 8e8 / 50e9 = 0.016 s, yet its 2-machine all-reduce takes 0.2 s: 0.184 s of host time per step
+// that the link does not explain. Type c (same GPU) has a 2.5 Gbit/s link: 0.32 s of wire time plus
+// the same host time, 0.504 s; the line rates' ratio alone would say 20 x 0.2 = 4 s.
+struct SlowLink {
+  double bytes = 1e8, host = 0.2 - 8 * bytes / 50e9;
+  Truth a = [] {
+    Truth t;
+    t.alpha_n = 0.2;
+    return t;
+  }();
+  Truth c = a.On(1.0, 0.2 / (8 * bytes / 2.5e9 + host), 1.0);
+  std::map<std::string, Hardware> hw = {{"a", Hw(10, 400, 50)}, {"c", Hw(10, 400, 2.5)}};
+};
+
 TEST(CrossType, TheGradientBytesCarryAReferenceBelowItsLineRateToASlowerLink) {
-  // The job all-reduces 100 MB a step. Type a's machines have 50 Gbit/s links, whose wire time for
-  // it is 8e8 / 50e9 = 0.016 s, yet its 2-machine all-reduce takes 0.2 s: 0.184 s of host time per
-  // step that the link does not explain. Type c (same GPU) has a 2.5 Gbit/s link: 0.32 s of wire
-  // time plus the same host time, 0.504 s; the line rates' ratio alone would say 20 x 0.2 = 4 s.
-  const double bytes = 1e8, host = 0.2 - 8 * bytes / 50e9;
-  Truth a;
-  a.alpha_n = 0.2;
-  const Truth c = a.On(1.0, 0.2 / (8 * bytes / 2.5e9 + host), 1.0);
-  const std::map<std::string, Hardware> hw = {{"a", Hw(10, 400, 50)}, {"c", Hw(10, 400, 2.5)}};
+  const SlowLink link;
+  const double bytes = link.bytes;
+  const Truth &a = link.a, &c = link.c;
+  const auto& hw = link.hw;
   std::vector<ConfigKey> over_network;
   for (const auto& k : Grid("c"))
     if (k.num_nodes >= 2) over_network.push_back(k);
@@ -236,6 +246,32 @@ TEST(CrossType, TheGradientBytesCarryAReferenceBelowItsLineRateToASlowerLink) {
   std::string err;
   EXPECT_FALSE(o.IsValid(&err));
   EXPECT_EQ(err, "gradient_bytes must be >= 0");
+}
+
+TEST(CrossType, TheHostTimeCarriedWidensTheNetworkPriorByItsShare) {
+  // Type c is measured on one machine only, so its network rests on the prior. The host time
+  // carried, 0.184 s, is 0.365 of c's projected 0.504 s; nothing says c's host is as slow, so that
+  // share adds unknown_sigma (1.0) to network_sigma (0.5): hypot(0.5, 0.365) = 0.62. A reference
+  // at its wire time carries no host time: 0.5.
+  const SlowLink link;
+  const double bytes = link.bytes, host = link.host;
+  const Truth &a = link.a, &c = link.c;
+  const auto& hw = link.hw;
+  CrossTypeFitOptions o;
+  o.gradient_bytes = bytes;
+  auto network_sigma = [&](const Truth& ref, const CrossTypeFitOptions& opt) {
+    auto data = Measure(ref, Grid("a"), 13);
+    const auto one = Measure(c, {Key("c", 1, 4, 64)}, 14);
+    data.insert(data.end(), one.begin(), one.end());
+    const auto m = FitCrossType(data, hw, opt);
+    EXPECT_FALSE(m.model("c").identified(kAlphaN));
+    return m.ToJson()["types"]["c"]["prior"]["log_network_sigma"].get<double>();
+  };
+  EXPECT_NEAR(network_sigma(a, o), std::hypot(0.5, host / (8 * bytes / 2.5e9 + host)), 0.02);
+  EXPECT_DOUBLE_EQ(network_sigma(a, CrossTypeFitOptions{}), 0.5);  // bytes unknown
+  Truth fast = a;
+  fast.alpha_n = 0.6 * 8 * bytes / 50e9;
+  EXPECT_DOUBLE_EQ(network_sigma(fast, o), 0.5);
 }
 
 TEST(CrossType, DegenerateTypesFitAndFlagWhatIsNotIdentified) {
