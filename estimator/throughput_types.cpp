@@ -55,7 +55,7 @@ Shift HardwareShift(const Hardware& ref, const Hardware& to, const CrossTypeFitO
                                      : std::log(ref.network_gbps / to.network_gbps);
     // The host part is carried unchanged although nothing known says that the other machine's
     // is the same: its share of the projected time adds unknown_sigma to what the line rates miss.
-    const double host_share = o.gradient_bytes > 0 && host > 0 ? host / (wire_to + host) : 0;
+    const double host_share = o.gradient_bytes > 0 ? host / (wire_to + host) : 0;
     s.network_sigma = std::hypot(o.network_sigma, host_share * o.unknown_sigma);
   } else {
     s.network_sigma = o.unknown_sigma;
