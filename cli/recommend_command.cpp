@@ -193,8 +193,9 @@ std::string Render(const RecArgs& a, const runtime::Runtime& rt, const core::Sna
   return j.dump(2) + "\n";
 }
 
-// --from: the job's own options (its start record) and inputs (its last recommendation, or its
-// state file), with the flags given on the command line on top.
+// --from: the job's own options (its start record) and inputs (its last recommendation with the
+// efficiency model it decided with, or its state file), with the flags given on the command line
+// on top.
 std::string RunFrom(const RecArgs& a) {
   RecordedInputs rec =
       IsStateFile(a.from) ? InputsFromState(a.from) : InputsFromSidecar(ReadSidecar(a.from));
@@ -223,10 +224,14 @@ std::string RunFrom(const RecArgs& a) {
   if (!(o.target_progress > 0))
     throw InputError(rec.where + ": no target progress recorded (CLOUDTUNE_TARGET_PROGRESS): " +
                      "give --target-progress");
-  rs.customize = [a, given](runtime::FitAndSearchOptions* fo) {
+  // The job's own efficiency model, unless --gns gives another noise state.
+  const std::optional<estimator::EfficiencyModel> recorded =
+      given("--gns") ? std::nullopt : rec.efficiency;
+  rs.customize = [a, given, recorded](runtime::FitAndSearchOptions* fo) {
     if (given("--max-nodes")) fo->recommend.space.max_nodes = a.max_nodes;
     if (given("--min-local-bsz")) fo->recommend.space.min_local_bsz = a.min_local_bsz;
     if (given("--max-accum")) fo->recommend.space.max_accum_steps = a.max_accum;
+    if (recorded) fo->efficiency_model = recorded;
   };
   core::Snapshot& snap = rec.snapshot;
   std::optional<estimator::EfficiencyModel> model;

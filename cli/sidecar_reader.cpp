@@ -173,8 +173,14 @@ RecordedInputs InputsFromSidecar(const Sidecar& s) {
   }
   const auto sf = rec->json.find("straggler_factor");
   if (sf != rec->json.end() && sf->is_number()) snap.straggler_factor = sf->get<double>();
+  const auto models = rec->json.find("models");
+  if (models != rec->json.end() && models->is_object()) {
+    const auto eff = models->find("efficiency");
+    if (eff != models->end() && eff->is_object())
+      r.efficiency = estimator::EfficiencyModel::FromJson(*eff, r.where + ": models.efficiency");
+  }
   const auto hist = in.find("noise_history_batches");
-  if (hist != in.end() && hist->is_array()) {
+  if (!r.efficiency && hist != in.end() && hist->is_array()) {
     std::set<double> batches;
     for (const auto& b : *hist)
       if (b.is_number()) batches.insert(b.get<double>());

@@ -10,10 +10,12 @@
 
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "estimator/core/types.h"
+#include "estimator/efficiency.h"
 
 namespace cloudtune::cli {
 
@@ -49,6 +51,10 @@ struct RecordedInputs {
   core::Snapshot snapshot;                     // profile, noise, current, progress, step
   std::string where;                           // "FILE:LINE" (or the state file) they came from
   std::vector<std::string> warnings;           // what could not be reproduced exactly
+  // The statistical-efficiency model the job decided with (the record's models.efficiency), when
+  // recorded: a re-run with it reproduces the decision even where the job fitted its drift from
+  // noise observations the sidecar does not keep.
+  std::optional<estimator::EfficiencyModel> efficiency;
 };
 
 // From the last `recommendation` record's "inputs" and the `start` record's options. Throws

@@ -11,6 +11,8 @@
 #include <memory>
 #include <sstream>
 #include <stdexcept>
+#include <tuple>
+#include <utility>
 
 #include "estimator/core/csv.h"
 #include "estimator/core/error.h"
@@ -22,8 +24,10 @@ namespace csv = core::csv;
 
 namespace {
 
-constexpr const char* kSchema = "cloudtune.efficiency_model/1";
 constexpr double kInf = std::numeric_limits<double>::infinity();
+// The growth exponent's prior, uniform on [0, 1] (EfficiencyFitOptions::fit_progress_growth).
+constexpr double kGrowthPriorMean = 0.5;
+const double kGrowthPriorSigma = 1.0 / std::sqrt(12.0);
 
 // log r(P, s) - rho0 for drift d and exponent gamma: -log(exp(-d) + (1 - exp(-d)) * s^-gamma).
 template <typename T>
@@ -97,10 +101,6 @@ void Locate(const std::vector<double>& kp, double p, size_t* j, double* w) {
   size_t hi = std::upper_bound(kp.begin(), kp.end(), p) - kp.begin();
   *j = hi - 1;
   *w = (p - kp[*j]) / (kp[hi] - kp[*j]);
-}
-
-[[noreturn]] void Bad(const std::string& source, const std::string& what) {
-  throw InputError(source + ": " + what);
 }
 
 using csv::Fail;
@@ -217,7 +217,7 @@ bool EfficiencyFitOptions::IsValid(std::string* error) const {
 }
 
 EfficiencyModel EfficiencyModel::FromNoise(const NoiseState& s, const EfficiencyFitOptions& options,
-                                           double measured_batch) {
+                                           double measured_batch, double measured_progress) {
   EfficiencyModel m;
   m.base_batch_ = s.base_batch;
   m.single_batch_ = true;
@@ -233,6 +233,11 @@ EfficiencyModel EfficiencyModel::FromNoise(const NoiseState& s, const Efficiency
     k.rho0 = -50.0;
   else
     k.rho0 = std::log(s.grad_var / s.grad_sqr);
+  if (options.fit_progress_growth && measured_progress > 0 && std::isfinite(measured_progress)) {
+    k.progress = measured_progress;
+    m.delta_ = kGrowthPriorMean;
+    m.delta_sigma_ = kGrowthPriorSigma;
+  }
   m.knots_.push_back(k);
   return m;
 }
@@ -243,16 +248,16 @@ void EfficiencyModel::At(double progress, double* rho0, double* drift) const {
     *drift = 0;
     return;
   }
-  if (knots_.size() == 1 || progress <= knots_.front().progress) {
-    *rho0 = knots_.front().rho0;
-    *drift = knots_.front().drift;
-    return;
-  }
   if (progress >= knots_.back().progress) {
     *rho0 = knots_.back().rho0;
     if (delta_ > 0 && progress > knots_.back().progress && knots_.back().progress > 0)
       *rho0 += delta_ * std::log(progress / knots_.back().progress);
     *drift = knots_.back().drift;
+    return;
+  }
+  if (knots_.size() == 1 || progress <= knots_.front().progress) {
+    *rho0 = knots_.front().rho0;
+    *drift = knots_.front().drift;
     return;
   }
   auto it = std::upper_bound(knots_.begin(), knots_.end(), progress,
@@ -328,8 +333,19 @@ StepsPrediction EfficiencyModel::StepsToProgress(double batch, double from_progr
   const double reach = max_batch_ > 0 && batch > max_batch_ ? std::log(batch / max_batch_) : 0;
   const double growth = growth_sigma_ * reach * sens_r;
   const double sampling = noise_log_sigma_ * sens_r;
+  // The growth with progress forecast beyond the last knot: steps one standard deviation of its
+  // exponent either way.
+  double forecast = 0;
+  if (delta_sigma_ > 0 && !knots_.empty() && to_progress > knots_.back().progress) {
+    EfficiencyModel lo = *this, hi = *this;
+    lo.delta_ = std::max(0.0, delta_ - delta_sigma_);
+    hi.delta_ = delta_ + delta_sigma_;
+    const double a = lo.StepsAt(batch, from_progress, to_progress, kInf);
+    const double b = hi.StepsAt(batch, from_progress, to_progress, kInf);
+    if (a > 0 && b > 0) forecast = 0.5 * std::log(a / b);
+  }
   p.log_sigma = std::sqrt(min_log_sigma_ * min_log_sigma_ + extrap * extrap + noise * noise +
-                          growth * growth + sampling * sampling);
+                          growth * growth + sampling * sampling + forecast * forecast);
   return p;
 }
 
@@ -340,91 +356,6 @@ StepsPrediction EfficiencyModel::TimeToProgress(double batch, double from_progre
   p.steps_no_extrapolation *= step_time;
   p.steps_plain *= step_time;
   return p;
-}
-
-nlohmann::json EfficiencyModel::ToJson() const {
-  nlohmann::json j;
-  j["schema"] = kSchema;
-  j["form"] = "r(P,B) = exp(rho0(P)) / (exp(-drift(P)) + (1 - exp(-drift(P))) * (B/B0)^-gamma)";
-  j["base_batch"] = base_batch_;
-  j["single_batch"] = single_batch_;
-  j["gamma"] = gamma_;
-  j["gamma_fitted"] = gamma_fitted_;
-  j["progress_growth"] = delta_;
-  j["max_observed_progress"] = max_progress_;
-  j["max_observed_batch"] = max_batch_;
-  j["observed_batches"] = batches_;
-  j["fit"] = {{"observations", n_obs_}, {"skipped", n_skipped_}, {"residual_rms", residual_rms_}};
-  j["uncertainty"] = {{"min_log_sigma", min_log_sigma_},
-                      {"extrapolation_sigma", extrapolation_sigma_},
-                      {"growth_sigma", growth_sigma_},
-                      {"noise_log_sigma", noise_log_sigma_}};
-  nlohmann::json ks = nlohmann::json::array();
-  for (const Knot& k : knots_)
-    ks.push_back({{"progress", k.progress}, {"rho0", k.rho0}, {"drift", k.drift}});
-  j["knots"] = ks;
-  return j;
-}
-
-EfficiencyModel EfficiencyModel::FromJson(const nlohmann::json& j, const std::string& source) {
-  if (!j.is_object()) Bad(source, "efficiency model: not a JSON object");
-  auto it = j.find("schema");
-  if (it == j.end() || !it->is_string())
-    Bad(source, "schema: missing (expected \"" + std::string(kSchema) + "\")");
-  if (it->get<std::string>() != kSchema)
-    Bad(source, "schema: '" + it->get<std::string>() + "' is not \"" + kSchema + "\"");
-  auto num = [&](const nlohmann::json& o, const char* key, const std::string& where) {
-    auto f = o.find(key);
-    if (f == o.end() || !f->is_number()) Bad(source, where + key + ": missing or not a number");
-    double v = f->get<double>();
-    if (!std::isfinite(v)) Bad(source, where + key + ": not finite");
-    return v;
-  };
-  EfficiencyModel m;
-  m.base_batch_ = num(j, "base_batch", "");
-  if (!(m.base_batch_ > 0)) Bad(source, "base_batch: must be positive");
-  auto sb = j.find("single_batch");
-  if (sb == j.end() || !sb->is_boolean()) Bad(source, "single_batch: missing or not a boolean");
-  m.single_batch_ = sb->get<bool>();
-  m.max_progress_ = num(j, "max_observed_progress", "");
-  m.gamma_ = num(j, "gamma", "");
-  if (!(m.gamma_ > 0)) Bad(source, "gamma: must be positive");
-  if (auto g = j.find("gamma_fitted"); g != j.end() && g->is_boolean())
-    m.gamma_fitted_ = g->get<bool>();
-  m.max_batch_ = num(j, "max_observed_batch", "");
-  if (j.contains("progress_growth")) {  // absent in a model written before it: flat
-    m.delta_ = num(j, "progress_growth", "");
-    if (!(m.delta_ >= 0 && m.delta_ <= 1)) Bad(source, "progress_growth: must be in [0, 1]");
-  }
-  if (auto ob = j.find("observed_batches"); ob != j.end() && ob->is_array())
-    for (const auto& b : *ob)
-      if (b.is_number()) m.batches_.push_back(b.get<double>());
-  if (auto f = j.find("fit"); f != j.end() && f->is_object()) {
-    m.n_obs_ = static_cast<int>(num(*f, "observations", "fit."));
-    m.n_skipped_ = static_cast<int>(num(*f, "skipped", "fit."));
-    m.residual_rms_ = num(*f, "residual_rms", "fit.");
-  }
-  if (auto u = j.find("uncertainty"); u != j.end() && u->is_object()) {
-    m.min_log_sigma_ = num(*u, "min_log_sigma", "uncertainty.");
-    m.extrapolation_sigma_ = num(*u, "extrapolation_sigma", "uncertainty.");
-    if (u->contains("growth_sigma")) m.growth_sigma_ = num(*u, "growth_sigma", "uncertainty.");
-    if (u->contains("noise_log_sigma"))
-      m.noise_log_sigma_ = num(*u, "noise_log_sigma", "uncertainty.");
-  }
-  auto ks = j.find("knots");
-  if (ks == j.end() || !ks->is_array() || ks->empty())
-    Bad(source, "knots: missing or not a non-empty array");
-  for (size_t i = 0; i < ks->size(); ++i) {
-    const auto& o = (*ks)[i];
-    const std::string where = "knots[" + std::to_string(i) + "].";
-    if (!o.is_object()) Bad(source, where.substr(0, where.size() - 1) + ": not an object");
-    Knot k{num(o, "progress", where), num(o, "rho0", where), num(o, "drift", where)};
-    if (k.drift < 0) Bad(source, where + "drift: must be >= 0");
-    if (!m.knots_.empty() && k.progress <= m.knots_.back().progress)
-      Bad(source, where + "progress: knots must be in increasing progress");
-    m.knots_.push_back(k);
-  }
-  return m;
 }
 
 namespace {
@@ -614,15 +545,16 @@ void SolveKnots(const std::vector<Use>& use, const std::vector<double>& kp,
   ceres::Solve(so, &problem, &summary);
 }
 
-// The growth exponent of rho0 beyond the observed progress: each observation brought to B0 by the
-// fitted drift, the least-squares slope of log r on log P over the upper half (in log P) of the
-// observed progress, less one standard error, kept within [0, 1]. 0 with fewer than three
-// observations there.
-double ProgressGrowth(const std::vector<Use>& use, const EfficiencyModel& m) {
+// The growth exponent of rho0 beyond the observed progress, {mean, standard deviation}: the prior
+// updated by the least-squares slope of log r on log P (each observation brought to B0 by the
+// fitted drift) over the upper half (in log P) of the observed progress, with its standard error;
+// the prior alone with fewer than three observations there. The mean is kept within [0, 1].
+std::pair<double, double> ProgressGrowth(const std::vector<Use>& use, const EfficiencyModel& m) {
+  const std::pair<double, double> prior{kGrowthPriorMean, kGrowthPriorSigma};
   double lo = kInf, hi = 0;
   for (const auto& u : use)
     if (u.progress > 0) lo = std::min(lo, u.progress), hi = std::max(hi, u.progress);
-  if (!(hi > lo)) return 0;
+  if (!(hi > lo)) return prior;
   const double from = 0.5 * (std::log(lo) + std::log(hi));
   std::vector<double> x, y;
   for (const auto& u : use) {
@@ -633,12 +565,12 @@ double ProgressGrowth(const std::vector<Use>& use, const EfficiencyModel& m) {
                                    m.NoiseRatioAt(m.base_batch(), u.progress)));
   }
   const size_t n = x.size();
-  if (n < 3) return 0;
+  if (n < 3) return prior;
   double mx = 0, my = 0;
   for (size_t i = 0; i < n; ++i) mx += x[i] / n, my += y[i] / n;
   double sxx = 0, sxy = 0;
   for (size_t i = 0; i < n; ++i) sxx += (x[i] - mx) * (x[i] - mx), sxy += (x[i] - mx) * (y[i] - my);
-  if (!(sxx > 0)) return 0;
+  if (!(sxx > 0)) return prior;
   const double slope = sxy / sxx;
   double sse = 0;
   for (size_t i = 0; i < n; ++i) {
@@ -646,7 +578,10 @@ double ProgressGrowth(const std::vector<Use>& use, const EfficiencyModel& m) {
     sse += e * e;
   }
   const double se = std::sqrt(sse / (n - 2) / sxx);
-  return std::clamp(slope - se, 0.0, 1.0);
+  if (!(se > 0)) return {std::clamp(slope, 0.0, 1.0), 0.0};
+  const double w_prior = 1 / (prior.second * prior.second), w_data = 1 / (se * se);
+  return {std::clamp((w_prior * prior.first + w_data * slope) / (w_prior + w_data), 0.0, 1.0),
+          1 / std::sqrt(w_prior + w_data)};
 }
 
 }  // namespace
@@ -695,7 +630,7 @@ EfficiencyModel FitEfficiency(const std::vector<NoiseObservation>& obs,
     abs_res.push_back(std::abs(u.log_r - r0 - LogRatioOffset(d, u.s, m.gamma_)));
   }
   m.residual_rms_ = 1.4826 * core::Median(abs_res, 0.0);
-  if (options.fit_progress_growth) m.delta_ = ProgressGrowth(use, m);
+  if (options.fit_progress_growth) std::tie(m.delta_, m.delta_sigma_) = ProgressGrowth(use, m);
   return m;
 }
 
@@ -758,6 +693,22 @@ double ProgressAccount::Advance(double steps, double batch, const EfficiencyMode
   samples_ += steps * batch;
   segments_.push_back({batch, steps, added});
   return added;
+}
+
+EfficiencyModel EfficiencyModel::FromNoiseAndHistory(const NoiseState& s,
+                                                     const std::vector<NoiseObservation>& history,
+                                                     double progress,
+                                                     const EfficiencyFitOptions& options,
+                                                     double measured_batch) {
+  EfficiencyModel m = FromNoise(s, options, measured_batch, progress);
+  if (!(m.delta_sigma_ > 0)) return m;  // growth off, or no progress to grow from
+  std::vector<Use> use;
+  for (const auto& o : history)
+    if (o.grad_sqr > 0 && o.grad_var > 0 && std::isfinite(o.grad_sqr) &&
+        std::isfinite(o.grad_var) && o.batch > 0 && o.progress >= 0 && o.progress <= progress)
+      use.push_back({std::log(o.grad_var / o.grad_sqr), o.batch / m.base_batch_, o.progress});
+  std::tie(m.delta_, m.delta_sigma_) = ProgressGrowth(use, m);
+  return m;
 }
 
 }  // namespace cloudtune::estimator

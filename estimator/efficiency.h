@@ -20,9 +20,9 @@
 // with smoothness priors across knots and a weak prior pulling d towards 0. gamma is a global
 // exponent: fixed at its prior (drift_exponent) with two observed batches, fitted with that prior
 // from three or more. Observations at a single batch cannot identify d: it is held at 0 and the
-// model says so (single_batch()). Beyond the largest observed progress, rho0 grows by the
-// exponent the job's own observations support (EfficiencyFitOptions::fit_progress_growth), in
-// [0, 1]; 0 (flat) until they show it.
+// model says so (single_batch()). Beyond the largest observed progress, rho0 grows by an
+// exponent in [0, 1]: physics' prior (0.5 +- 0.29) updated by the job's own observations
+// (EfficiencyFitOptions::fit_progress_growth), its uncertainty carried into every prediction.
 //
 // On the Pollux T4 validation traces (observing the two smallest batches, predicting 4-128x them)
 // the plain theory is off by 11.1% median / 71.9% worst; this model by 0.8% / 5.6%
@@ -117,12 +117,14 @@ struct EfficiencyFitOptions {
   // steps' sensitivity to r (d log steps / d log r, in [0, 1]) as uncertainty. >= 0.
   double growth_sigma = 0.29;
   // Forecast the noise ratio's growth with progress beyond the largest observed progress P_max,
-  // r(P) = r(P_max) * (P / P_max)^delta, with delta fitted from the job's own observations over
-  // the upper half (in log progress) of what it has seen. The least-squares slope less one
-  // standard error is kept, within [0, 1]: the job forecasts only the growth its evidence supports
-  // (none early in a run, where r is nearly flat); r does not fall (|G|^2 shrinks as the loss
-  // falls while tr(Sigma) does not), and SGD on a quadratic grows it like P (delta = 1). A faster
-  // growth (a decaying learning rate) is left to later observations. false = flat beyond P_max.
+  // r(P) = r(P_max) * (P / P_max)^delta. Physics bounds delta before any observation: r does not
+  // fall (|G|^2 shrinks as the loss falls while tr(Sigma) does not), and SGD on a quadratic grows
+  // it like P (delta = 1); so the prior is uniform on [0, 1] (mean 0.5, standard deviation
+  // 1/sqrt(12) = 0.29), taken as normal. The job's own observations over the upper half (in log
+  // progress) of what it has seen give a least-squares slope and its standard error (three or
+  // more observations); delta is the posterior mean of the two, within [0, 1], and its posterior
+  // standard deviation widens every prediction beyond P_max. A faster growth (a decaying learning
+  // rate) is left to later observations. false = flat beyond P_max, with no such uncertainty.
   bool fit_progress_growth = true;
   bool IsValid(std::string* error) const;
 };
@@ -132,9 +134,20 @@ class EfficiencyModel {
   // The plain theory: the noise state taken as constant (no drift). Its sampling uncertainty
   // (s.log_sigma) enters every prediction's log_sigma. `measured_batch` (samples): the batch the
   // state was measured at, which max_observed_batch() reports; <= 0 = the state's base batch.
+  // `measured_progress` (B0-steps): the progress it was measured at; when > 0 (and
+  // options.fit_progress_growth), beyond it r grows by the prior exponent of
+  // EfficiencyFitOptions::fit_progress_growth, with its uncertainty. <= 0 = flat for all progress.
   static EfficiencyModel FromNoise(const NoiseState& s,
                                    const EfficiencyFitOptions& options = EfficiencyFitOptions(),
-                                   double measured_batch = 0);
+                                   double measured_batch = 0, double measured_progress = 0);
+  // The same, measured at `progress` (B0-steps), with the prior growth updated by what the run's
+  // observations at the one batch it has run show (`history`; the rule of
+  // EfficiencyFitOptions::fit_progress_growth): a run that has not changed its batch cannot
+  // identify the drift, but it does see its noise grow, or not. Observations beyond `progress` and
+  // unusable ones (non-positive or non-finite statistics) are ignored.
+  static EfficiencyModel FromNoiseAndHistory(
+      const NoiseState& s, const std::vector<NoiseObservation>& history, double progress,
+      const EfficiencyFitOptions& options = EfficiencyFitOptions(), double measured_batch = 0);
   // Gain of one step at `batch` when the run has made `progress` B0-steps.
   double GainAt(double batch, double progress) const;
   // Efficiency GainAt / (batch / B0).
@@ -169,13 +182,15 @@ class EfficiencyModel {
   double drift_exponent() const { return gamma_; }
   bool drift_exponent_fitted() const { return gamma_fitted_; }
   // Exponent delta of the noise ratio's growth beyond the last knot, r ~ P^delta, in [0, 1]
-  // (EfficiencyFitOptions::fit_progress_growth; 0 = flat).
+  // (EfficiencyFitOptions::fit_progress_growth; 0 = flat), and its standard deviation.
   double progress_growth() const { return delta_; }
+  double progress_growth_sigma() const { return delta_sigma_; }
   // The same model with the noise ratio held flat beyond the observed progress: for batches at
   // or above B0 the upper end of the steps the physics allows (r does not fall).
   EfficiencyModel WithoutProgressGrowth() const {
     EfficiencyModel m = *this;
     m.delta_ = 0;
+    m.delta_sigma_ = 0;
     return m;
   }
 
@@ -203,7 +218,7 @@ class EfficiencyModel {
   double residual_rms_ = 0;
   double gamma_ = 1.0;
   bool gamma_fitted_ = false;
-  double delta_ = 0;
+  double delta_ = 0, delta_sigma_ = 0;
   double min_log_sigma_ = 0.02, extrapolation_sigma_ = 0.3, growth_sigma_ = 0.29;
   double noise_log_sigma_ = 0;  // NoiseState::log_sigma of FromNoise's state
   std::vector<Knot> knots_;

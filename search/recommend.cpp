@@ -728,11 +728,11 @@ Recommendation Recommend(const RecommendRequest& req) {
   auto eff = std::make_shared<estimator::EfficiencyModel>(
       req.efficiency ? *req.efficiency
                      : estimator::EfficiencyModel::FromNoise(
-                           *req.noise, {}, static_cast<double>(current.global_batch())));
+                           *req.noise, {}, static_cast<double>(current.global_batch()),
+                           req.options.current_progress));
   // A deadline that the forecast proves optimistic about is defended by buying speed; a budget
   // only by slowing down, and no slower than the cheapest configuration's cost. So a budget is
-  // planned on the flat forecast (the most steps the physics allows beyond the observed
-  // progress), not on the growth the job's observations suggest.
+  // planned on the flat forecast (the most steps the physics allows beyond the progress seen).
   if (req.options.objective.budget_usd > 0 && eff->progress_growth() > 0)
     *eff = eff->WithoutProgressGrowth();
   SearchProblem p;

@@ -80,7 +80,9 @@ struct RecommendOptions {
 struct RecommendRequest {
   std::vector<core::Measurement> profile;  // measured configurations (instance_type set,
                                            // or "" = the current configuration's type)
-  std::optional<core::NoiseState> noise;   // current gradient noise, measured at current's batch
+  // Current gradient noise, measured at current's batch and options.current_progress (beyond
+  // which it grows by EfficiencyModel::FromNoise's prior).
+  std::optional<core::NoiseState> noise;
   std::optional<estimator::EfficiencyModel> efficiency;  // preferred over `noise` when set
   std::optional<Config> current;                         // what the job runs now
   const Catalog* catalog = nullptr;                      // nullptr = DefaultCatalog()

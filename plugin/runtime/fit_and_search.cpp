@@ -21,7 +21,9 @@ std::string Fixed(double v, int digits) {
 }
 
 // Statistical efficiency: the drift model when the run has seen >= 2 batch sizes; else the plain
-// theory, measured at the one batch in the history or, with none, at `current_batch` (samples).
+// theory, measured at the one batch in the history or, with none, at `current_batch` (samples), and
+// at the run's progress, beyond which the noise grows by the prior the physics allows, updated by
+// what the history at that one batch shows.
 estimator::EfficiencyModel EfficiencyFor(const Snapshot& s, const FitAndSearchOptions& o,
                                          double current_batch) {
   if (o.efficiency_model) return *o.efficiency_model;
@@ -30,8 +32,9 @@ estimator::EfficiencyModel EfficiencyFor(const Snapshot& s, const FitAndSearchOp
     if (std::find(batches.begin(), batches.end(), ob.batch) == batches.end())
       batches.push_back(ob.batch);
   if (batches.size() < 2)
-    return estimator::EfficiencyModel::FromNoise(s.noise, o.efficiency,
-                                                 batches.empty() ? current_batch : batches[0]);
+    return estimator::EfficiencyModel::FromNoiseAndHistory(
+        s.noise, s.noise_history, s.progress, o.efficiency,
+        batches.empty() ? current_batch : batches[0]);
   estimator::EfficiencyFitOptions eo = o.efficiency;
   if (eo.base_batch <= 0) eo.base_batch = s.noise.base_batch;
   return estimator::FitEfficiency(s.noise_history, eo);

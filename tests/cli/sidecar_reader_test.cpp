@@ -185,6 +185,25 @@ TEST(RecommendFrom, ReproducesTheJobsOwnLastRecommendation) {
   EXPECT_EQ(nlohmann::json::parse(time.out)["objective"], "time");
 }
 
+// The re-run decides with the efficiency model the job recorded: a malformed one is named.
+TEST(RecommendFrom, ReadsTheEfficiencyModelTheJobDecidedWith) {
+  auto lines = Lines(kSidecar);
+  size_t last = 0;
+  for (size_t i = 0; i < lines.size(); ++i)
+    if (nlohmann::json::parse(lines[i]).value("kind", "") == "recommendation") last = i;
+  nlohmann::json rec = nlohmann::json::parse(lines[last]);
+  ASSERT_TRUE(rec["models"]["efficiency"].is_object());
+  rec["models"]["efficiency"].erase("knots");
+  lines[last] = rec.dump();
+  std::string text;
+  for (const auto& l : lines) text += l + "\n";
+  const std::string path = Write("badmodel.jsonl", text);
+  const auto r = RunCli("recommend --from " + path);
+  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.err, "cloudtune: error: " + path + ":" + std::to_string(last + 1) +
+                       ": models.efficiency: knots: missing or not a non-empty array\n");
+}
+
 TEST(RecommendFrom, NeedsARecommendationRecord) {
   const auto lines = Lines(kSidecar);
   const std::string path = Write("norec.jsonl", lines[0] + "\n" + lines[1] + "\n");

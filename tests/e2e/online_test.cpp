@@ -111,16 +111,16 @@ int HttpGet(int port, const std::string& target, std::string* body) {
   return status;
 }
 
-// `cloudtune recommend` on what a recommendation record says it was computed from.
+// `cloudtune recommend` on what a recommendation record says it was computed from: its inputs and
+// the efficiency model it decided with (which the job grows from its own noise history).
 json CliRecommend(const json& rec, const fs::path& dir) {
   const json& in = rec["inputs"];
   const fs::path csv = dir / "record_profile.csv";
   std::ofstream(csv) << in["profile_csv"].get<std::string>();
-  const json& n = in["noise"];
+  const fs::path gns = dir / "record_efficiency.json";
+  std::ofstream(gns) << rec["models"]["efficiency"].dump();
   const json& c = in["current"];
-  char gns[256], cur[256], prog[64];
-  std::snprintf(gns, sizeof gns, "%.17g,%.17g,%.17g", n["grad_sqr"].get<double>(),
-                n["grad_var"].get<double>(), n["base_batch"].get<double>());
+  char cur[256], prog[64];
   std::snprintf(cur, sizeof cur, "%s:%d:%d:%d:%d", c["instance_type"].get<std::string>().c_str(),
                 c["num_nodes"].get<int>(), c["gpus_per_node"].get<int>(), c["local_bsz"].get<int>(),
                 c["accum_steps"].get<int>());
@@ -129,17 +129,16 @@ json CliRecommend(const json& rec, const fs::path& dir) {
   std::snprintf(bytes, sizeof bytes, "%.17g", in["gradient_bytes"].get<double>());
   const std::string out = (dir / "cli.json").string();
   fs::remove(out);
-  const std::string cmd = "'" + kCli + "' recommend --profile '" + csv.string() + "' --gns " + gns +
-                          " --current " + cur + " --target-progress " + std::to_string(kTarget) +
-                          " --progress " + prog + " --gradient-bytes " + bytes +
-                          " --format json -o '" + out + "'";
+  const std::string cmd = "'" + kCli + "' recommend --profile '" + csv.string() + "' --gns '" +
+                          gns.string() + "' --current " + cur + " --target-progress " +
+                          std::to_string(kTarget) + " --progress " + prog + " --gradient-bytes " +
+                          bytes + " --format json -o '" + out + "'";
   EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
   return json::parse(Slurp(out));
 }
 
 void ExpectSameRecommendation(const json& rec, const fs::path& dir) {
   ASSERT_TRUE(rec.contains("inputs")) << rec.dump();
-  // Only one batch size seen: the tuner uses FromNoise, as the CLI does with --gns.
   ASSERT_EQ(rec["inputs"]["noise_history_batches"].size(), 1u);
   const json cli = CliRecommend(rec, dir);
   EXPECT_EQ(rec["action"], cli["action"]);

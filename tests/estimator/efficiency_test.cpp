@@ -147,10 +147,13 @@ std::vector<NoiseObservation> Growing(double delta) {
 }
 
 TEST(EfficiencyFit, ForecastsTheNoiseGrowthItsObservationsSupportBeyondThem) {
-  // r ~ P^0.6: the slope less its standard error, and r beyond the observed progress follows.
+  // r ~ P^0.6: the slope, drawn a little towards the prior's 0.5, and r beyond the observed
+  // progress follows; the evidence narrows the prior's 0.29.
   EfficiencyModel m = FitEfficiency(Growing(0.6));
-  EXPECT_GT(m.progress_growth(), 0.5);
-  EXPECT_LE(m.progress_growth(), 0.6);
+  EXPECT_GT(m.progress_growth(), 0.55);
+  EXPECT_LE(m.progress_growth(), 0.62);
+  EXPECT_GT(m.progress_growth_sigma(), 0);
+  EXPECT_LT(m.progress_growth_sigma(), 0.1);
   const double truth_4000 = 3 * std::pow(400.0, 0.6);
   EXPECT_NEAR(m.NoiseRatioAt(64, 4000) / truth_4000, 1.0, 0.15);
   // Beyond the observed progress a large batch needs fewer steps than the flat forecast says.
@@ -163,12 +166,84 @@ TEST(EfficiencyFit, ForecastsTheNoiseGrowthItsObservationsSupportBeyondThem) {
             0.9 * flat.StepsToProgress(4096, 1000, 4000).steps);
   // Within the observed progress the two agree.
   EXPECT_DOUBLE_EQ(m.NoiseRatioAt(128, 500), flat.NoiseRatioAt(128, 500));
-  // No growth observed: none forecast (the job does not assume what it has not seen).
-  EXPECT_EQ(FitEfficiency(Growing(0.0)).progress_growth(), 0);
+  // No growth observed: next to none forecast (the evidence outweighs the prior).
+  EXPECT_LT(FitEfficiency(Growing(0.0)).progress_growth(), 0.05);
   // Faster than SGD's 1/t loss gap (a decaying learning rate): kept at 1.
   EXPECT_EQ(FitEfficiency(Growing(2.0)).progress_growth(), 1);
-  // A model from one noise state has seen no progress: flat.
+  // A model from one noise state at no known progress: flat.
   EXPECT_EQ(EfficiencyModel::FromNoise(NoiseState{1, 3, 64}).progress_growth(), 0);
+}
+
+TEST(EfficiencyModel, BeforeAnyEvidenceThePhysicsPriorCentresTheGrowthAndWidensTheForecast) {
+  // One noise state measured at batch 4096 and progress 1000, r = 3: beyond it r grows like P^0.5
+  // (the middle of what physics allows, [0, 1]), and every forecast beyond it carries the prior's
+  // 0.29.
+  const NoiseState now{0.01, 0.03, 64};
+  const EfficiencyModel m = EfficiencyModel::FromNoise(now, {}, 4096, 1000);
+  EXPECT_DOUBLE_EQ(m.progress_growth(), 0.5);
+  EXPECT_NEAR(m.progress_growth_sigma(), 1 / std::sqrt(12.0), 1e-12);
+  EXPECT_DOUBLE_EQ(m.NoiseRatioAt(64, 500), 3);
+  EXPECT_DOUBLE_EQ(m.NoiseRatioAt(64, 1000), 3);
+  EXPECT_NEAR(m.NoiseRatioAt(64, 4000), 3 * 2, 1e-9);
+  const EfficiencyModel flat = EfficiencyModel::FromNoise(now, {}, 4096);
+  EXPECT_EQ(flat.progress_growth(), 0);
+  EXPECT_EQ(flat.progress_growth_sigma(), 0);
+  // A large batch needs fewer steps than the flat forecast says, and the forecast says how
+  // unsure it is: wider at a batch whose steps follow r, as wide as flat up to the progress known.
+  const StepsPrediction grow = m.StepsToProgress(4096, 1000, 16000);
+  const StepsPrediction level = flat.StepsToProgress(4096, 1000, 16000);
+  EXPECT_LT(grow.steps, 0.6 * level.steps);
+  EXPECT_GT(grow.log_sigma, level.log_sigma + 0.3);
+  EXPECT_LT(m.StepsToProgress(64, 1000, 16000).log_sigma, 0.1);  // at B0: no sensitivity to r
+  EXPECT_DOUBLE_EQ(m.StepsToProgress(4096, 200, 1000).log_sigma,
+                   flat.StepsToProgress(4096, 200, 1000).log_sigma);
+  // The growth switched off: flat whatever the progress.
+  EfficiencyFitOptions off;
+  off.fit_progress_growth = false;
+  EXPECT_EQ(EfficiencyModel::FromNoise(now, off, 64, 1000).progress_growth(), 0);
+  EXPECT_EQ(EfficiencyModel::FromNoise(now, off, 64, 1000).progress_growth_sigma(), 0);
+  // Observations too few to show a slope leave the prior as it is.
+  const std::vector<NoiseObservation> level_obs = Growing(0.0);
+  const std::vector<NoiseObservation> two{level_obs[0], level_obs[1], level_obs[100]};
+  const EfficiencyModel sparse = FitEfficiency(two);
+  EXPECT_DOUBLE_EQ(sparse.progress_growth(), 0.5);
+  EXPECT_NEAR(sparse.progress_growth_sigma(), 1 / std::sqrt(12.0), 1e-12);
+}
+
+TEST(EfficiencyModel, ARunAtOneBatchUpdatesThePriorGrowthByWhatItsObservationsShow) {
+  // The observations at batch 64 alone: the drift is not identified, the growth is.
+  std::vector<NoiseObservation> one;
+  for (const auto& o : Growing(0.6))
+    if (o.batch == 64) one.push_back(o);
+  const NoiseState now{0.01, 0.01 * 3 * std::pow(100.0, 0.6), 64};  // r at P = 1000
+  const EfficiencyModel m = EfficiencyModel::FromNoiseAndHistory(now, one, 1000);
+  EXPECT_GT(m.progress_growth(), 0.5);
+  EXPECT_LE(m.progress_growth(), 0.62);
+  EXPECT_LT(m.progress_growth_sigma(), 0.1);
+  EXPECT_TRUE(m.single_batch());
+  // The state now up to its progress; beyond it, the growth.
+  EXPECT_DOUBLE_EQ(m.NoiseRatioAt(64, 500), now.noise_scale() / 64);
+  EXPECT_NEAR(m.NoiseRatioAt(64, 4000) / (3 * std::pow(400.0, 0.6)), 1.0, 0.15);
+  // Flat observations: next to no growth, and surer of it than the prior.
+  std::vector<NoiseObservation> level;
+  for (const auto& o : Growing(0.0))
+    if (o.batch == 64) level.push_back(o);
+  const EfficiencyModel flat = EfficiencyModel::FromNoiseAndHistory(now, level, 1000);
+  EXPECT_LT(flat.progress_growth(), 0.05);
+  EXPECT_LT(flat.progress_growth_sigma(), 0.1);
+  EXPECT_LT(m.StepsToProgress(4096, 1000, 4000).steps,
+            0.9 * flat.StepsToProgress(4096, 1000, 4000).steps);
+  // No history: the prior. Growth turned off, or no progress: flat.
+  EXPECT_DOUBLE_EQ(EfficiencyModel::FromNoiseAndHistory(now, {}, 1000).progress_growth(), 0.5);
+  EfficiencyFitOptions off;
+  off.fit_progress_growth = false;
+  EXPECT_EQ(EfficiencyModel::FromNoiseAndHistory(now, one, 1000, off).progress_growth(), 0);
+  EXPECT_EQ(EfficiencyModel::FromNoiseAndHistory(now, one, 0).progress_growth(), 0);
+  // The forecast travels with the model.
+  const EfficiencyModel back =
+      EfficiencyModel::FromJson(nlohmann::json::parse(m.ToJson().dump()), "m");
+  EXPECT_DOUBLE_EQ(back.NoiseRatioAt(64, 4000), m.NoiseRatioAt(64, 4000));
+  EXPECT_DOUBLE_EQ(back.progress_growth_sigma(), m.progress_growth_sigma());
 }
 
 TEST(EfficiencyFit, FitsTheExponentFromThreeBatches) {
@@ -432,7 +507,13 @@ TEST(EfficiencyModel, JsonRoundTripAndErrors) {
   EfficiencyModel g = FitEfficiency(Growing(0.6));
   EfficiencyModel g_back = EfficiencyModel::FromJson(nlohmann::json::parse(g.ToJson().dump()), "g");
   EXPECT_DOUBLE_EQ(g_back.progress_growth(), g.progress_growth());
+  EXPECT_DOUBLE_EQ(g_back.progress_growth_sigma(), g.progress_growth_sigma());
   EXPECT_DOUBLE_EQ(g_back.NoiseRatioAt(64, 4000), g.NoiseRatioAt(64, 4000));
+  EXPECT_DOUBLE_EQ(g_back.StepsToProgress(4096, 1000, 4000).log_sigma,
+                   g.StepsToProgress(4096, 1000, 4000).log_sigma);
+  nlohmann::json wide = g.ToJson();
+  wide["uncertainty"]["progress_growth_sigma"] = -0.1;
+  EXPECT_EQ(err(wide), "m.json: uncertainty.progress_growth_sigma: must be >= 0");
   nlohmann::json steep = g.ToJson();
   steep["progress_growth"] = 1.5;
   EXPECT_EQ(err(steep), "m.json: progress_growth: must be in [0, 1]");

@@ -1,7 +1,8 @@
 """The online tuner from Python: examples/train_fashion_mnist.py under torchrun (2 Gloo workers on
 127.0.0.1) with CLOUDTUNE_TARGET_PROGRESS set writes `recommendation` records whose numbers are
-what `cloudtune recommend` gives for the inputs each record names (profile, noise, progress,
-current configuration); the saved state is restored by a second run.
+what `cloudtune recommend` gives for the inputs each record names (profile, progress, current
+configuration) and the efficiency model it decided with; the saved state is restored by a second
+run.
 
     CLOUDTUNE_LIBRARY=build/lib/libcloudtune_plugin.so CLOUDTUNE_CLI=build/bin/cloudtune \
         /usr/bin/python3 tests/python/online_test.py
@@ -43,9 +44,10 @@ def cli_recommend(tmp, rec):
     i = rec["inputs"]
     csv = pathlib.Path(tmp) / "record_profile.csv"
     csv.write_text(i["profile_csv"])
-    n, c = i["noise"], i["current"]
-    cmd = [CLI, "recommend", "--profile", str(csv),
-           "--gns", "%.17g,%.17g,%.17g" % (n["grad_sqr"], n["grad_var"], n["base_batch"]),
+    model = pathlib.Path(tmp) / "record_efficiency.json"  # the model the job decided with
+    model.write_text(json.dumps(rec["models"]["efficiency"]))
+    c = i["current"]
+    cmd = [CLI, "recommend", "--profile", str(csv), "--gns", str(model),
            "--current", "%s:%d:%d:%d:%d" % (c["instance_type"], c["num_nodes"],
                                             c["gpus_per_node"], c["local_bsz"], c["accum_steps"]),
            "--target-progress", str(TARGET), "--progress", "%.17g" % i["progress"],
