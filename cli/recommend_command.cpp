@@ -309,8 +309,9 @@ void RegisterRecommendCommand(CLI::App& app) {
       "recommend", "Recommend a configuration from a measured profile (JSON or a table)");
   auto ra = std::make_shared<RecArgs>();
   rec->add_option("--from", ra->from,
-                  "A job's sidecar or state file: its recorded options, profile, noise, current "
-                  "configuration and progress are the defaults; the flags below override them");
+                  "A job's sidecar or state file: its recorded options, profile, noise (a "
+                  "sidecar: the efficiency model it decided with), current configuration and "
+                  "progress are the defaults; the flags below override them");
   rec->add_option("--profile", ra->profile, "Measured profile trace CSV(s)");
   rec->add_option("--gns", ra->gns,
                   "Gradient noise: grad_sqr,grad_var,B0 or a JSON file (noise state or "

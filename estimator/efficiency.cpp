@@ -385,16 +385,24 @@ void CheckObservations(const std::vector<NoiseObservation>& obs, double* min_bat
 
 // The observations with positive, finite statistics (the others are counted in *skipped), and
 // their distinct batches, sorted.
+// Whether the fit can use an observation: positive, finite statistics.
+bool Usable(const NoiseObservation& o) {
+  return o.grad_sqr > 0 && o.grad_var > 0 && std::isfinite(o.grad_sqr) && std::isfinite(o.grad_var);
+}
+
+Use ToUse(const NoiseObservation& o, double b0) {
+  return {std::log(o.grad_var / o.grad_sqr), o.batch / b0, o.progress};
+}
+
 std::vector<Use> UsableObservations(const std::vector<NoiseObservation>& obs, double b0,
                                     std::vector<double>* batches, int* skipped) {
   std::vector<Use> use;
   for (const auto& o : obs) {
-    if (!(o.grad_sqr > 0) || !(o.grad_var > 0) || !std::isfinite(o.grad_sqr) ||
-        !std::isfinite(o.grad_var)) {
+    if (!Usable(o)) {
       ++*skipped;
       continue;
     }
-    use.push_back({std::log(o.grad_var / o.grad_sqr), o.batch / b0, o.progress});
+    use.push_back(ToUse(o, b0));
     bool seen = false;
     for (double b : *batches) seen |= std::abs(b - o.batch) <= 1e-9 * o.batch;
     if (!seen) batches->push_back(o.batch);
@@ -704,9 +712,8 @@ EfficiencyModel EfficiencyModel::FromNoiseAndHistory(const NoiseState& s,
   if (!(m.delta_sigma_ > 0)) return m;  // growth off, or no progress to grow from
   std::vector<Use> use;
   for (const auto& o : history)
-    if (o.grad_sqr > 0 && o.grad_var > 0 && std::isfinite(o.grad_sqr) &&
-        std::isfinite(o.grad_var) && o.batch > 0 && o.progress >= 0 && o.progress <= progress)
-      use.push_back({std::log(o.grad_var / o.grad_sqr), o.batch / m.base_batch_, o.progress});
+    if (Usable(o) && o.batch > 0 && o.progress >= 0 && o.progress <= progress)
+      use.push_back(ToUse(o, m.base_batch_));
   std::tie(m.delta_, m.delta_sigma_) = ProgressGrowth(use, m);
   return m;
 }
