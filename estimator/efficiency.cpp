@@ -383,17 +383,18 @@ void CheckObservations(const std::vector<NoiseObservation>& obs, double* min_bat
   }
 }
 
-// The observations with positive, finite statistics (the others are counted in *skipped), and
-// their distinct batches, sorted.
 // Whether the fit can use an observation: positive, finite statistics.
 bool Usable(const NoiseObservation& o) {
   return o.grad_sqr > 0 && o.grad_var > 0 && std::isfinite(o.grad_sqr) && std::isfinite(o.grad_var);
 }
 
+// A usable observation as the fit takes it: log r, batch in units of B0, progress.
 Use ToUse(const NoiseObservation& o, double b0) {
   return {std::log(o.grad_var / o.grad_sqr), o.batch / b0, o.progress};
 }
 
+// The observations with positive, finite statistics (the others are counted in *skipped), and
+// their distinct batches, sorted.
 std::vector<Use> UsableObservations(const std::vector<NoiseObservation>& obs, double b0,
                                     std::vector<double>* batches, int* skipped) {
   std::vector<Use> use;
