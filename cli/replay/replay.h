@@ -122,6 +122,9 @@ struct Scenario {
   // trace, or, with `batch` > 0 and measured runs, of the run whose batch is nearest to `batch`
   // in log (what a job at that batch measures).
   core::NoiseState NoiseAt(double progress, double batch = 0) const;
+  // The rows NoiseAt reads (by progress, ascending): the noise trace's, or, with `batch` > 0 and
+  // measured runs, those of the run whose batch is nearest to `batch` in log.
+  const std::vector<core::NoiseObservation>& NoiseRows(double batch = 0) const;
   // With "validation": the gradient statistics each measured run recorded, by its batch.
   std::map<int, std::vector<core::NoiseObservation>> noise_by_batch;
 };
@@ -173,9 +176,9 @@ struct JobView {
   double exploration_hours = 0, exploration_usd = 0;  // of which on measurements
   // Spot nodes per type it knows it can get now (requests refused, revocation notices).
   std::map<std::string, int> spot_nodes_available;
-  // The gradient statistics it measured along its run (one per simulated minute of training, at
-  // the batch it ran; at most 64, thinned as the live runtime thins them, ThinNoiseHistory): with
-  // two batches or more the efficiency drift is fitted.
+  // The gradient statistics it measured along its run (one per simulated minute of training
+  // between the trace's first and last rows, at the batch it ran; at most 64, thinned as the live
+  // runtime thins them, ThinNoiseHistory): with two batches or more the efficiency drift is fitted.
   std::vector<core::NoiseObservation> noise_history;
   // Its spot exposure and the revocations it has seen, per type.
   std::map<std::string, core::SpotExposure> spot_exposure;

@@ -311,7 +311,7 @@ Scenario ParseScenarioFields(const nlohmann::json& j, const std::string& name,
 
 }  // namespace
 
-core::NoiseState Scenario::NoiseAt(double progress, double batch) const {
+const std::vector<core::NoiseObservation>& Scenario::NoiseRows(double batch) const {
   const std::vector<core::NoiseObservation>* rows = &noise;
   if (batch > 0 && !noise_by_batch.empty()) {
     double best = std::numeric_limits<double>::infinity();
@@ -320,7 +320,11 @@ core::NoiseState Scenario::NoiseAt(double progress, double batch) const {
       if (d < best && !obs.empty()) best = d, rows = &obs;
     }
   }
-  const auto& n = *rows;
+  return *rows;
+}
+
+core::NoiseState Scenario::NoiseAt(double progress, double batch) const {
+  const auto& n = NoiseRows(batch);
   core::NoiseState st;
   st.base_batch = base_batch;
   auto it =

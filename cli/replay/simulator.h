@@ -394,9 +394,14 @@ class Simulator {
 
   // The gradient statistics the hooks measured at the batch the job runs: one observation per
   // simulated minute of training (the live runtime records at least every measure_seconds, 30 s
-  // by default; the traces hold epoch averages, so denser samples of them would add nothing),
-  // runtime::kMaxNoiseHistory of them kept, thinned as the live runtime thins them.
+  // by default), runtime::kMaxNoiseHistory of them kept, thinned as the live runtime thins them.
+  // Only between the trace's first and last rows: before the first and after the last the trace
+  // holds a value it did not measure there, and records of it would be a flat growth with no
+  // scatter, which a growth fit would take for certainty.
   void RecordNoise(double batch) {
+    const auto& rows = s_.NoiseRows(batch);
+    if (rows.empty() || progress_ < rows.front().progress || progress_ > rows.back().progress)
+      return;
     const core::NoiseState ns = s_.NoiseAt(progress_, batch);
     noise_history_.push_back({batch, progress_, 0.0, ns.grad_sqr, ns.grad_var});
     estimator::ThinNoiseHistory(&noise_history_, runtime::kMaxNoiseHistory);

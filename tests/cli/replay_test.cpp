@@ -11,52 +11,16 @@
 #include <vector>
 
 #include "cli/replay/oracle.h"
-#include "cli/replay/simulator.h"
 #include "estimator/core/error.h"
 #include "plugin/runtime/options.h"
 #include "search/cost.h"
+#include "tests/cli/replay_fixtures.h"
 #include "tests/shared_data.h"
 
 namespace cloudtune::replay {
 namespace {
 
-const std::string kScenarios = std::string(CLOUDTUNE_SOURCE_DIR) + "/data/scenarios";
-
-std::string ErrorOf(const nlohmann::json& j) {
-  try {
-    ParseScenario(j, "s.json", kScenarios);
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "";
-}
-
-// A spot capacity trace of 600-s ticks in the temporary directory: the counts `head`, then 500
-// ticks of 2 nodes.
-std::string CapacityTrace(const std::string& name, const std::string& head) {
-  const std::string path = ::testing::TempDir() + "/" + name;
-  std::ofstream f(path);
-  f << R"({"metadata": {"gap_seconds": 600}, "data": [)" << head;
-  for (int i = 0; i < 500; ++i) f << ", 2";
-  f << "]}";
-  return path;
-}
-
-nlohmann::json Base() {
-  std::ifstream f(kScenarios + "/pollux-cifar10-g4dn.json");
-  nlohmann::json j;
-  f >> j;
-  return j;
-}
-
-// Base() with the g4dn.12xlarge spot capacity of CapacityTrace(name, head), read as counts.
-Scenario WithCapacity(const std::string& name, const std::string& head) {
-  nlohmann::json j = Base();
-  j["spot"] = {{"reading", "count"},
-               {"offset_h", 0},
-               {"traces", {{"g4dn.12xlarge", CapacityTrace(name, head)}}}};
-  return ParseScenario(j, name, kScenarios);
-}
+using namespace fixtures;  // the scenarios these tests vary
 
 TEST(Replay, DeterministicForASeedAndOracleNotBeaten) {
   CLOUDTUNE_NEEDS_SHARED_DATA();
@@ -188,111 +152,6 @@ TEST(Replay, RevocationsFromACapacityTraceAndDeadlinesReported) {
   j["spot"]["reading"] = "count";
   j["spot"]["traces"] = {{"no-such-type", trace}};
   EXPECT_EQ(ErrorOf(j), "s.json: spot: traces: 'no-such-type' is not in the catalog");
-}
-
-// A job that acts on the revocation notice (the cloudtune policy; Decision::notice_s) writes a
-// checkpoint before its node goes, so the revocation loses no work: the same spot run through the
-// same capacity gap, checkpointing every 2 h, with and without acting on the notice.
-TEST(Replay, ARevocationSavedOnItsNoticeLosesNoWork) {
-  CLOUDTUNE_NEEDS_SHARED_DATA();
-  const std::string trace = CapacityTrace("g4dn_capacity_notice.json", "2, 2, 2, 0, 0, 0");
-  nlohmann::json j = Base();
-  j["spot"] = {{"reading", "count"}, {"offset_h", 0}, {"traces", {{"g4dn.12xlarge", trace}}}};
-  const Scenario s = ParseScenario(j, "notice.json", kScenarios);
-  Config spot = s.start;
-  spot.purchase = Purchase::kSpot;
-  auto run = [&](double notice_s) {
-    detail::Simulator sim(s, 0, "fixed-spot");
-    return sim.Run("fixed-spot", [&](detail::Simulator&, const Config&, bool) {
-      detail::Decision d(spot, false);
-      d.checkpoint_interval_s = 7200;
-      d.notice_s = notice_s;
-      return d;
-    });
-  };
-  const PolicyResult lost = run(0), saved = run(115), short_notice = run(20);
-  ASSERT_GT(saved.makespan_h, 1.0) << "the job must outlast the gap";
-  EXPECT_EQ(lost.revocations, 1);
-  EXPECT_EQ(saved.revocations, 1);
-  // Revoked at 30 min without a periodic checkpoint yet: without the notice those 30 minutes are
-  // trained again; with it, a checkpoint (30 s) is written instead.
-  const double ckpt_h = s.cost.checkpoint_s / 3600;
-  EXPECT_NEAR(lost.makespan_h - saved.makespan_h, 0.5 - ckpt_h, 1.0 / 60 + 1e-9);
-  EXPECT_LT(saved.cost, lost.cost);
-  // A notice shorter than a checkpoint saves nothing.
-  EXPECT_DOUBLE_EQ(short_notice.makespan_h, lost.makespan_h);
-  // The scenario's warning reaches the cloudtune job less its polling interval; bad values named.
-  EXPECT_DOUBLE_EQ(s.warning_s, 120);
-  EXPECT_DOUBLE_EQ(CloudtuneNoticeS(s), 120 - runtime::Options{}.preemption_poll_seconds);
-  EXPECT_DOUBLE_EQ(s.cost.notice_s, 0);  // the baselines do not watch for notices
-  j["cost"] = {{"warning_s", -1}};
-  EXPECT_EQ(ErrorOf(j), "s.json: cost: warning_s: must be >= 0");
-  j["cost"] = {{"warning_s", 0}};
-  EXPECT_DOUBLE_EQ(CloudtuneNoticeS(ParseScenario(j, "s.json", kScenarios)), 0);
-}
-
-// A job waiting for spot capacity is not running: a window it spends waiting measures nothing, and
-// a window meant to measure starts when the job does. Capacity comes after an hour; the policy,
-// asked at each decision, sees no step time before then, and its first measurement follows the
-// capacity by one measuring window.
-TEST(Replay, AJobWaitingForSpotCapacityMeasuresNothingUntilItRuns) {
-  CLOUDTUNE_NEEDS_SHARED_DATA();
-  const Scenario s = WithCapacity("g4dn_capacity_late.json", "0, 0, 0, 0, 0, 0");
-  Config spot = s.start;
-  spot.purchase = Purchase::kSpot;
-  std::vector<std::pair<double, size_t>> asked;  // (hours, step times measured) at each decision
-  detail::Simulator sim(s, 0, "waits");
-  const PolicyResult r = sim.Run("waits", [&](detail::Simulator& sm, const Config&, bool first) {
-    if (!first) asked.emplace_back(sm.hours(), sm.observations().size());
-    return detail::Decision(spot, sm.observations().empty());  // measures until it has a record
-  });
-  ASSERT_TRUE(r.finished);
-  EXPECT_NEAR(r.waited_h, 1.0, 1e-9);
-  ASSERT_GE(asked.size(), 2u);
-  bool measured = false;
-  for (const auto& [hours, seen] : asked) {
-    if (hours < 1.0 + 1e-9) {
-      EXPECT_EQ(seen, 0u) << "a step time measured while waiting, at " << hours << " h";
-      EXPECT_NEAR(std::fmod(hours * 3600 + 1e-6, s.decision_interval_s), 0, 1e-3)
-          << "asked while waiting between decisions, at " << hours << " h";
-    } else if (!measured) {
-      measured = true;
-      EXPECT_EQ(seen, 1u);
-      EXPECT_NEAR(hours, 1.0 + s.measure_s / 3600, 1e-9) << "one measuring window after 1 h";
-    }
-  }
-  EXPECT_TRUE(measured);
-}
-
-// A job that decides again on a revocation's notice (under a deadline) is also asked again after
-// each record it waits for spot nodes the market does not have: it switched to them when the
-// capacity was there, or it is refused them at launch, and waiting a decision interval blind would
-// spend its slack. Capacity comes after an hour: asked every record until then.
-TEST(Replay, AJobThatDecidesOnNoticesIsAskedAgainAtEachRecordItWaits) {
-  CLOUDTUNE_NEEDS_SHARED_DATA();
-  const Scenario s = WithCapacity("g4dn_capacity_late_notice.json", "0, 0, 0, 0, 0, 0");
-  Config spot = s.start;
-  spot.purchase = Purchase::kSpot;
-  auto waits = [&](bool on_notice) {
-    std::vector<double> asked;  // hours of each decision before the capacity comes
-    detail::Simulator sim(s, 0, "waits");
-    const PolicyResult r = sim.Run("waits", [&](detail::Simulator& sm, const Config&, bool first) {
-      if (!first && sm.hours() < 1.0 - 1e-9) asked.push_back(sm.hours());
-      detail::Decision d(spot, sm.observations().empty());
-      d.redecide_on_revocation = on_notice;
-      return d;
-    });
-    EXPECT_TRUE(r.finished);
-    EXPECT_NEAR(r.waited_h, 1.0, 1e-9);
-    return asked;
-  };
-  const std::vector<double> notice = waits(true);
-  ASSERT_EQ(notice.size(), 59u);  // at 1, 2, ... 59 minutes
-  for (size_t i = 0; i < notice.size(); ++i)
-    EXPECT_NEAR(notice[i] * 3600, (i + 1) * detail::kNoiseRecordS, 1e-6);
-  // Without: asked only at its decisions (every decision_interval_s).
-  EXPECT_EQ(waits(false).size(),
-            static_cast<size_t>(std::ceil(3600 / s.decision_interval_s - 1e-9)) - 1);
 }
 
 // Measured truth: steps come from the validation runs at each batch, not from a model.

@@ -1,0 +1,178 @@
+// The replay's simulator (cli/replay/simulator.h): what a job running a schedule through a spot
+// capacity trace pays, waits for and records, driven by a fixed policy.
+#include "cli/replay/simulator.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "plugin/runtime/options.h"
+#include "tests/cli/replay_fixtures.h"
+#include "tests/shared_data.h"
+
+namespace cloudtune::replay {
+namespace {
+
+using namespace fixtures;  // the scenarios these tests vary
+
+// A job that acts on the revocation notice (the cloudtune policy; Decision::notice_s) writes a
+// checkpoint before its node goes, so the revocation loses no work: the same spot run through the
+// same capacity gap, checkpointing every 2 h, with and without acting on the notice.
+TEST(Simulator, ARevocationSavedOnItsNoticeLosesNoWork) {
+  CLOUDTUNE_NEEDS_SHARED_DATA();
+  const std::string trace = CapacityTrace("g4dn_capacity_notice.json", "2, 2, 2, 0, 0, 0");
+  nlohmann::json j = Base();
+  j["spot"] = {{"reading", "count"}, {"offset_h", 0}, {"traces", {{"g4dn.12xlarge", trace}}}};
+  const Scenario s = ParseScenario(j, "notice.json", kScenarios);
+  Config spot = s.start;
+  spot.purchase = Purchase::kSpot;
+  auto run = [&](double notice_s) {
+    detail::Simulator sim(s, 0, "fixed-spot");
+    return sim.Run("fixed-spot", [&](detail::Simulator&, const Config&, bool) {
+      detail::Decision d(spot, false);
+      d.checkpoint_interval_s = 7200;
+      d.notice_s = notice_s;
+      return d;
+    });
+  };
+  const PolicyResult lost = run(0), saved = run(115), short_notice = run(20);
+  ASSERT_GT(saved.makespan_h, 1.0) << "the job must outlast the gap";
+  EXPECT_EQ(lost.revocations, 1);
+  EXPECT_EQ(saved.revocations, 1);
+  // Revoked at 30 min without a periodic checkpoint yet: without the notice those 30 minutes are
+  // trained again; with it, a checkpoint (30 s) is written instead.
+  const double ckpt_h = s.cost.checkpoint_s / 3600;
+  EXPECT_NEAR(lost.makespan_h - saved.makespan_h, 0.5 - ckpt_h, 1.0 / 60 + 1e-9);
+  EXPECT_LT(saved.cost, lost.cost);
+  // A notice shorter than a checkpoint saves nothing.
+  EXPECT_DOUBLE_EQ(short_notice.makespan_h, lost.makespan_h);
+  // The scenario's warning reaches the cloudtune job less its polling interval; bad values named.
+  EXPECT_DOUBLE_EQ(s.warning_s, 120);
+  EXPECT_DOUBLE_EQ(CloudtuneNoticeS(s), 120 - runtime::Options{}.preemption_poll_seconds);
+  EXPECT_DOUBLE_EQ(s.cost.notice_s, 0);  // the baselines do not watch for notices
+  j["cost"] = {{"warning_s", -1}};
+  EXPECT_EQ(ErrorOf(j), "s.json: cost: warning_s: must be >= 0");
+  j["cost"] = {{"warning_s", 0}};
+  EXPECT_DOUBLE_EQ(CloudtuneNoticeS(ParseScenario(j, "s.json", kScenarios)), 0);
+}
+
+// A job waiting for spot capacity is not running: a window it spends waiting measures nothing, and
+// a window meant to measure starts when the job does. Capacity comes after an hour; the policy,
+// asked at each decision, sees no step time before then, and its first measurement follows the
+// capacity by one measuring window.
+TEST(Simulator, AJobWaitingForSpotCapacityMeasuresNothingUntilItRuns) {
+  CLOUDTUNE_NEEDS_SHARED_DATA();
+  const Scenario s = WithCapacity("g4dn_capacity_late.json", "0, 0, 0, 0, 0, 0");
+  Config spot = s.start;
+  spot.purchase = Purchase::kSpot;
+  std::vector<std::pair<double, size_t>> asked;  // (hours, step times measured) at each decision
+  detail::Simulator sim(s, 0, "waits");
+  const PolicyResult r = sim.Run("waits", [&](detail::Simulator& sm, const Config&, bool first) {
+    if (!first) asked.emplace_back(sm.hours(), sm.observations().size());
+    return detail::Decision(spot, sm.observations().empty());  // measures until it has a record
+  });
+  ASSERT_TRUE(r.finished);
+  EXPECT_NEAR(r.waited_h, 1.0, 1e-9);
+  ASSERT_GE(asked.size(), 2u);
+  bool measured = false;
+  for (const auto& [hours, seen] : asked) {
+    if (hours < 1.0 + 1e-9) {
+      EXPECT_EQ(seen, 0u) << "a step time measured while waiting, at " << hours << " h";
+      EXPECT_NEAR(std::fmod(hours * 3600 + 1e-6, s.decision_interval_s), 0, 1e-3)
+          << "asked while waiting between decisions, at " << hours << " h";
+    } else if (!measured) {
+      measured = true;
+      EXPECT_EQ(seen, 1u);
+      EXPECT_NEAR(hours, 1.0 + s.measure_s / 3600, 1e-9) << "one measuring window after 1 h";
+    }
+  }
+  EXPECT_TRUE(measured);
+}
+
+// A job that decides again on a revocation's notice (under a deadline) is also asked again after
+// each record it waits for spot nodes the market does not have: it switched to them when the
+// capacity was there, or it is refused them at launch, and waiting a decision interval blind would
+// spend its slack. Capacity comes after an hour: asked every record until then.
+TEST(Simulator, AJobThatDecidesOnNoticesIsAskedAgainAtEachRecordItWaits) {
+  CLOUDTUNE_NEEDS_SHARED_DATA();
+  const Scenario s = WithCapacity("g4dn_capacity_late_notice.json", "0, 0, 0, 0, 0, 0");
+  Config spot = s.start;
+  spot.purchase = Purchase::kSpot;
+  auto waits = [&](bool on_notice) {
+    std::vector<double> asked;  // hours of each decision before the capacity comes
+    detail::Simulator sim(s, 0, "waits");
+    const PolicyResult r = sim.Run("waits", [&](detail::Simulator& sm, const Config&, bool first) {
+      if (!first && sm.hours() < 1.0 - 1e-9) asked.push_back(sm.hours());
+      detail::Decision d(spot, sm.observations().empty());
+      d.redecide_on_revocation = on_notice;
+      return d;
+    });
+    EXPECT_TRUE(r.finished);
+    EXPECT_NEAR(r.waited_h, 1.0, 1e-9);
+    return asked;
+  };
+  const std::vector<double> notice = waits(true);
+  ASSERT_EQ(notice.size(), 59u);  // at 1, 2, ... 59 minutes
+  for (size_t i = 0; i < notice.size(); ++i)
+    EXPECT_NEAR(notice[i] * 3600, (i + 1) * detail::kNoiseRecordS, 1e-6);
+  // Without: asked only at its decisions (every decision_interval_s).
+  EXPECT_EQ(waits(false).size(),
+            static_cast<size_t>(std::ceil(3600 / s.decision_interval_s - 1e-9)) - 1);
+}
+
+// The job's noise records lie where the trace measured: between its first and last rows. Before
+// the first row the trace holds that row's value, and a record of it each minute would be a flat
+// growth with no scatter, which the growth fit would take for certainty. Cifar10's trace stretched
+// 20-fold in progress, so that its first row (the first epoch's average, placed at the epoch's
+// middle) lies ten epochs in: no record until the job has passed it, then one a minute.
+TEST(Simulator, NoiseRecordsOnlyWhereTheTraceMeasured) {
+  CLOUDTUNE_NEEDS_SHARED_DATA();
+  const std::string src = test::SharedDir() + "/data/traces/pollux-t4/cifar10/validation-128.csv";
+  const std::string path = ::testing::TempDir() + "/validation-128-late.csv";
+  {
+    std::ifstream in(src);
+    std::ofstream out(path);
+    std::string line;
+    ASSERT_TRUE(std::getline(in, line));
+    out << line << "\n";  // progress,iteration,metric,grad_sqr,grad_var
+    while (std::getline(in, line)) {
+      std::istringstream fields(line);
+      std::string progress, iteration, rest;
+      std::getline(fields, progress, ',');
+      std::getline(fields, iteration, ',');
+      std::getline(fields, rest);
+      out << 20 * std::stod(progress) << "," << 20 * std::stod(iteration) << "," << rest << "\n";
+    }
+  }
+  nlohmann::json j = Base();
+  j["noise"] = {{"validation_csv", path}, {"base_batch", 128}};
+  const Scenario s = ParseScenario(j, "late_noise.json", kScenarios);
+  const double first = s.NoiseRows().front().progress, last = s.NoiseRows().back().progress;
+  ASSERT_GT(first, 3000);        // the first epoch's average, placed at its middle
+  size_t before = 0, after = 0;  // decisions before the first row, and with records after it
+  detail::Simulator sim(s, 0, "fixed");
+  sim.Run("fixed", [&](detail::Simulator& sm, const Config& cur, bool) {
+    const auto history = sm.View(cur).noise_history;
+    for (const auto& o : history) {
+      EXPECT_GE(o.progress, first) << "a record before the trace's first row, at " << sm.hours();
+      EXPECT_LE(o.progress, last);
+    }
+    if (sm.progress() < first) {
+      ++before;
+      EXPECT_TRUE(history.empty());
+    } else if (!history.empty()) {
+      ++after;
+    }
+    return detail::Decision(s.start, false);
+  });
+  EXPECT_GT(before, 0u);
+  ASSERT_GT(after, 1u);
+}
+
+}  // namespace
+}  // namespace cloudtune::replay
