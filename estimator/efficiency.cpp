@@ -566,8 +566,14 @@ std::pair<double, double> ProgressGrowth(const std::vector<Use>& use, const Effi
   if (!(hi > lo)) return prior;
   const double from = 0.5 * (std::log(lo) + std::log(hi));
   std::vector<double> x, y;
+  const Use* last = nullptr;
   for (const auto& u : use) {
     if (!(u.progress > 0) || std::log(u.progress) < from) continue;
+    // A record that repeats the one before it exactly (an estimator's state that stopped
+    // changing, a held value) is no new measurement: counted again at a later progress, it would
+    // read as a flat growth with no scatter, i.e. as certainty.
+    if (last && last->s == u.s && last->log_r == u.log_r) continue;
+    last = &u;
     const double b = u.s * m.base_batch();
     x.push_back(std::log(u.progress));
     y.push_back(u.log_r - std::log(m.NoiseRatioAt(b, u.progress) /

@@ -233,6 +233,13 @@ TEST(EfficiencyModel, ARunAtOneBatchUpdatesThePriorGrowthByWhatItsObservationsSh
   EXPECT_LT(flat.progress_growth_sigma(), 0.1);
   EXPECT_LT(m.StepsToProgress(4096, 1000, 4000).steps,
             0.9 * flat.StepsToProgress(4096, 1000, 4000).steps);
+  // One state recorded again and again (a stalled estimator, a held value) is one measurement, not
+  // a flat growth known exactly: the prior stands.
+  std::vector<NoiseObservation> held;
+  for (double p = 100; p <= 1000; p += 50) held.push_back({64, p, 0, 0.01, 0.03});
+  const EfficiencyModel stalled = EfficiencyModel::FromNoiseAndHistory(now, held, 1000);
+  EXPECT_DOUBLE_EQ(stalled.progress_growth(), 0.5);
+  EXPECT_NEAR(stalled.progress_growth_sigma(), 1 / std::sqrt(12.0), 1e-12);
   // No history: the prior. Growth turned off, or no progress: flat.
   EXPECT_DOUBLE_EQ(EfficiencyModel::FromNoiseAndHistory(now, {}, 1000).progress_growth(), 0.5);
   EfficiencyFitOptions off;
