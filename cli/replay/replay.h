@@ -118,7 +118,7 @@ struct Scenario {
   double spot_offset_s = 86400;  // seed k starts k x this into the spot traces
   // Progress (B0-steps) of a run that has reached `metric` (with `measured`).
   double ProgressAt(double metric) const;
-  // The gradient statistics at `progress` (linear between rows, the ends held): of the noise
+  // The gradient statistics at `progress` (geometric between rows, the ends held): of the noise
   // trace, or, with `batch` > 0 and measured runs, of the run whose batch is nearest to `batch`
   // in log (what a job at that batch measures).
   core::NoiseState NoiseAt(double progress, double batch = 0) const;

@@ -340,8 +340,16 @@ core::NoiseState Scenario::NoiseAt(double progress, double batch) const {
     const core::NoiseObservation& a = *(it - 1);
     const core::NoiseObservation& b = *it;
     const double w = (progress - a.progress) / std::max(1e-12, b.progress - a.progress);
-    st.grad_sqr = a.grad_sqr + w * (b.grad_sqr - a.grad_sqr);
-    st.grad_var = a.grad_var + w * (b.grad_var - a.grad_var);
+    // Geometric between the rows: epoch averages that change by orders of magnitude (|G|^2 falls
+    // 500-fold between bert's first two) are read as a steady rate of change, and the noise ratio
+    // between the rows is then the same interpolation of the rows' ratios, whatever the scale of
+    // |G|^2 (linear in each component, the ratio stays flat and jumps near the next row).
+    auto mix = [w](double x, double y) {
+      return x > 0 && y > 0 ? std::exp(std::log(x) + w * (std::log(y) - std::log(x)))
+                            : x + w * (y - x);
+    };
+    st.grad_sqr = mix(a.grad_sqr, b.grad_sqr);
+    st.grad_var = mix(a.grad_var, b.grad_var);
   }
   return st;
 }

@@ -174,5 +174,31 @@ TEST(Simulator, NoiseRecordsOnlyWhereTheTraceMeasured) {
   ASSERT_GT(after, 1u);
 }
 
+// Between two rows of a noise trace the statistics change at a steady rate (geometric in the
+// fraction of the way): halfway, each is the geometric mean of the rows', and so is the noise
+// scale, whatever the scale of |G|^2. Linear in each component, bert's noise scale halfway between
+// its first two rows (|G|^2 falls about 500-fold) would still be within 1 % of the first row's.
+TEST(Simulator, NoiseBetweenTheTracesRowsChangesAtASteadyRate) {
+  CLOUDTUNE_NEEDS_SHARED_DATA();
+  nlohmann::json j = Base();
+  j["noise"] = {
+      {"validation_csv", test::SharedDir() + "/data/traces/pollux-t4/bert/validation-12.csv"},
+      {"base_batch", 12}};
+  const Scenario s = ParseScenario(j, "bert_noise.json", kScenarios);
+  const auto& rows = s.NoiseRows();
+  ASSERT_EQ(rows.size(), 2u);
+  const core::NoiseObservation &a = rows[0], &b = rows[1];
+  ASSERT_GT(a.grad_sqr / b.grad_sqr, 100);
+  const core::NoiseState mid = s.NoiseAt(0.5 * (a.progress + b.progress));
+  EXPECT_NEAR(mid.grad_sqr, std::sqrt(a.grad_sqr * b.grad_sqr), 1e-9 * mid.grad_sqr);
+  EXPECT_NEAR(mid.grad_var, std::sqrt(a.grad_var * b.grad_var), 1e-9 * mid.grad_var);
+  const double ra = a.grad_var / a.grad_sqr, rb = b.grad_var / b.grad_sqr;
+  EXPECT_NEAR(mid.grad_var / mid.grad_sqr, std::sqrt(ra * rb), 1e-9 * std::sqrt(ra * rb));
+  EXPECT_GT(mid.grad_var / mid.grad_sqr, 1.3 * ra);
+  // The ends are held.
+  EXPECT_DOUBLE_EQ(s.NoiseAt(0).grad_sqr, a.grad_sqr);
+  EXPECT_DOUBLE_EQ(s.NoiseAt(2 * b.progress).grad_var, b.grad_var);
+}
+
 }  // namespace
 }  // namespace cloudtune::replay
