@@ -343,7 +343,8 @@ core::NoiseState Scenario::NoiseAt(double progress, double batch) const {
     // Geometric between the rows: epoch averages that change by orders of magnitude (|G|^2 falls
     // 500-fold between bert's first two) are read as a steady rate of change, and the noise ratio
     // between the rows is then the same interpolation of the rows' ratios, whatever the scale of
-    // |G|^2 (linear in each component, the ratio stays flat and jumps near the next row).
+    // |G|^2 (linear in each component, the ratio stays flat and jumps near the next row). Linear
+    // where a row's value is not positive, which has no logarithm.
     auto mix = [w](double x, double y) {
       return x > 0 && y > 0 ? std::exp(std::log(x) + w * (std::log(y) - std::log(x)))
                             : x + w * (y - x);
