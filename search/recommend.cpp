@@ -378,10 +378,10 @@ void Explore(const SearchProblem& p, const RecommendOptions& options, const Sear
              double best_v, const std::function<bool(const Config&)>& measured, Recommendation* r,
              Evaluation* chosen, std::ostringstream* why) {
   const Goal goal = p.objective.goal;
+  const double total = options.spent + std::min(chosen->Objective(goal), best_v);
+  std::vector<Evaluation> pool = sr.top;  // and the candidates measuring can change most
+  pool.insert(pool.end(), sr.promising.begin(), sr.promising.end());
   if (chosen->feasible) {
-    const double total = options.spent + std::min(chosen->Objective(goal), best_v);
-    std::vector<Evaluation> pool = sr.top;
-    pool.insert(pool.end(), sr.promising.begin(), sr.promising.end());
     const Exploration x = ExploreForTheObjective(p, options, pool, *chosen, measured, total);
     if (x.pick) {
       r->action = Recommendation::Action::kMeasure;
@@ -397,9 +397,8 @@ void Explore(const SearchProblem& p, const RecommendOptions& options, const Sear
       *chosen = *x.pick;
     }
   } else if (r->has_current) {
-    const double total = options.spent + std::min(chosen->Objective(goal), best_v);
     const Exploration x = ExploreTowardTheConstraints(
-        p, options, sr.top, *chosen, measured,
+        p, options, pool, *chosen, measured,
         options.exploration_budget_share * total - options.exploration_spent);
     if (x.pick) {
       r->action = Recommendation::Action::kMeasure;

@@ -598,8 +598,9 @@ TEST(Decide, MeasuresUncertainTypeOnlyWhenItCanPayOff) {
   cur.local_bsz = 32;
   cur.purchase = Purchase::kSpot;
   auto run = [&](double v100_sigma, double remaining_scale, RecommendOptions o = {},
-                 double steps_sigma = 0, double budget_usd = 0) {
+                 double steps_sigma = 0, double budget_usd = 0, int keep_top = 8) {
     SearchProblem p = Problem(c);
+    p.keep_top = keep_top;
     p.objective.budget_usd = budget_usd;
     p.space.allow_anchor = false;
     p.space.types = {"t4x4", "v100x4"};
@@ -669,6 +670,13 @@ TEST(Decide, MeasuresUncertainTypeOnlyWhenItCanPayOff) {
   EXPECT_EQ(none.proposed.config.type, "v100x4");
   EXPECT_NE(none.reason.find("lowers the expected excess"), std::string::npos) << none.reason;
   EXPECT_GT(none.expected_improvement, none.measurement_cost);
+  // ... also when it ranks below every candidate the search keeps: at two standard deviations
+  // faster it would meet the budget, so it is among the promising ones.
+  RecommendOptions one;
+  one.explore_candidates = 1;
+  const Recommendation kept_out = run(0.6, 500, one, 0, tight, 1);
+  EXPECT_EQ(kept_out.action, Recommendation::Action::kMeasure) << kept_out.reason;
+  EXPECT_EQ(kept_out.proposed.config.type, "v100x4");
   // ... but not when its projection is certain: nothing to learn.
   EXPECT_NE(run(0.0, 500, {}, 0, tight).action, Recommendation::Action::kMeasure);
   std::string err;
