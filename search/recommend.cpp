@@ -379,7 +379,8 @@ void Explore(const SearchProblem& p, const RecommendOptions& options, const Sear
              Evaluation* chosen, std::ostringstream* why) {
   const Goal goal = p.objective.goal;
   const double total = options.spent + std::min(chosen->Objective(goal), best_v);
-  std::vector<Evaluation> pool = sr.top;  // and the candidates measuring can change most
+  // What both explorations consider: the best candidates and the promising ones (SearchResult).
+  std::vector<Evaluation> pool = sr.top;
   pool.insert(pool.end(), sr.promising.begin(), sr.promising.end());
   if (chosen->feasible) {
     const Exploration x = ExploreForTheObjective(p, options, pool, *chosen, measured, total);
