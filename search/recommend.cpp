@@ -184,7 +184,7 @@ struct Exploration {
 // switches there and back add to the excess. The pick pays for itself explore_ratio times over,
 // within the exploration budget, with the most gain per unit of excess spent.
 Exploration ExploreTowardTheConstraints(const SearchProblem& p, const RecommendOptions& options,
-                                        const std::vector<Evaluation>& top,
+                                        const std::vector<Evaluation>& pool,
                                         const Evaluation& incumbent,
                                         const std::function<bool(const Config&)>& measured,
                                         double budget_left) {
@@ -192,11 +192,11 @@ Exploration ExploreTowardTheConstraints(const SearchProblem& p, const RecommendO
   const double inc = Excess(o, incumbent);
   std::set<std::string> measured_types = {incumbent.config.type};
   if (p.current) measured_types.insert(p.current->type);
-  for (const Evaluation& e : top)
+  for (const Evaluation& e : pool)
     if (measured(e.config)) measured_types.insert(e.config.type);
   Exploration best;
   double best_score = 0;
-  for (const Evaluation& e : top) {
+  for (const Evaluation& e : pool) {
     if (measured_types.count(e.config.type) || !std::isfinite(e.hours)) continue;
     double steps_sigma = 0;
     const double step_sigma = StepTimeSigma(p, e, &steps_sigma);
@@ -226,14 +226,14 @@ Exploration ExploreTowardTheConstraints(const SearchProblem& p, const RecommendO
 // the measurement's cost, explore_ratio times over, within the exploration budget; safe: should
 // the measurement disappoint, the incumbent must still meet them after paying for it.
 Exploration ExploreForTheObjective(const SearchProblem& p, const RecommendOptions& options,
-                                   const std::vector<Evaluation>& top, const Evaluation& chosen,
+                                   const std::vector<Evaluation>& pool, const Evaluation& chosen,
                                    const std::function<bool(const Config&)>& measured,
                                    double total) {
   const Goal goal = p.objective.goal;
   const double incumbent = chosen.Objective(goal);
   Exploration best;
   double best_score = 0;
-  for (const Evaluation& e : top) {
+  for (const Evaluation& e : pool) {
     if (measured(e.config) || e.config == chosen.config) continue;
     const double v = e.Objective(goal);
     // A candidate predicted to miss the deadline or budget may meet them at a shorter step time
