@@ -89,8 +89,11 @@ void TallyMixed(const replay::PolicyResult& ct, const replay::PolicyResult& one_
   if (!ct_met && one_met) ++t->one_type_met_mixed_missed;
 }
 
-// The head of one run's table: the scenario, its target, constraints and the columns.
-void PrintRunHeader(std::ostream& os, const replay::Scenario& s, uint64_t seed) {
+// The head of one run's table: the scenario, its target, constraints and the columns. Written
+// in its own stream: the tables before it leave `out` in fixed notation at one or two digits,
+// which would print a deadline of 0.225 h as 0.2 h.
+void PrintRunHeader(std::ostream& out, const replay::Scenario& s, uint64_t seed) {
+  std::ostringstream os;
   os << "scenario " << s.name << "  seed " << seed << "  (target ";
   if (s.measured)
     os << "metric " << s.target_metric << " = " << s.target_progress << " B0-steps, measured";
@@ -108,6 +111,7 @@ void PrintRunHeader(std::ostream& os, const replay::Scenario& s, uint64_t seed) 
      << std::setw(8) << "meas" << std::setw(12) << "explore $" << std::setw(10) << "waited h"
      << std::setw(11) << "vs oracle" << std::setw(10) << "deadline"
      << "\n";
+  out << os.str();
 }
 
 // Prints the summary over runs (a median over no runs is NaN); returns it as JSON.

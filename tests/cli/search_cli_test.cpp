@@ -299,6 +299,23 @@ TEST(ReplayCli, TheTimeGoalsBoundIsAMakespan) {
   EXPECT_NE(r.out.find("vs the oracle's bound"), std::string::npos) << r.out;
 }
 
+// Every run's header states the scenario's constraints in full, not at the precision the table
+// before it was printed in.
+TEST(ReplayCli, EveryRunsHeaderStatesTheConstraintsInFull) {
+  CLOUDTUNE_NEEDS_SHARED_DATA();
+  const std::string path =
+      Scenario({{"objective", {{"goal", "cost"}, {"deadline_h", 2.345}, {"budget_usd", 12.345}}}},
+               {}, "constraints.json");
+  Result r = RunCli("replay " + path + " --seeds 1 2");
+  ASSERT_EQ(r.status, 0) << r.err;
+  for (const char* seed : {"seed 1 ", "seed 2 "}) {
+    const size_t head = r.out.find(seed);
+    ASSERT_NE(head, std::string::npos) << r.out;
+    const std::string line = r.out.substr(head, r.out.find('\n', head) - head);
+    EXPECT_NE(line.find("; deadline 2.345 h; budget $12.345)"), std::string::npos) << line;
+  }
+}
+
 // Seeds replayed at once on several threads give exactly what one thread gives, in seed order.
 TEST(ReplayCli, ParallelSeedsGiveTheSameOutput) {
   CLOUDTUNE_NEEDS_SHARED_DATA();
