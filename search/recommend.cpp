@@ -563,10 +563,9 @@ namespace {
 
 // The mixed-cluster search around the single-type result, the clusters' steps from the one
 // throughput model over types (estimator/mixed_cluster.h), the spot capacity known as the nodes
-// available of each type.
-// `p` and `single`: the problem without its spot capacity limits, and its search (the seeds: what
-// the job would run with all the capacity it wants; the clusters keep what is available of the
-// preferred type).
+// available of each type. `p` and `single`: the problem without its spot capacity limits, and its
+// search (the seeds: what the job would run with all the capacity it wants; the clusters keep what
+// is available of the preferred type).
 MixedSearchResult MixedAround(const SearchProblem& p, const SearchResult& single,
                               const std::map<std::string, int>& spot_nodes_available,
                               const ProfilePredictor& predictor, const RecommendOptions& options,
@@ -750,6 +749,7 @@ Recommendation Recommend(const RecommendRequest& req) {
   p.cost = req.options.cost;
   p.remaining_progress = req.options.target_progress - req.options.current_progress;
   p.current = &current;
+  p.relaunch_current = req.relaunch_current;
   p.candidates = req.candidates;
   std::set<core::ConfigKey> keys;
   for (const auto& m : profile) keys.insert(m.key);

@@ -85,7 +85,8 @@ struct RecommendRequest {
   std::optional<core::NoiseState> noise;
   std::optional<estimator::EfficiencyModel> efficiency;  // preferred over `noise` when set
   std::optional<Config> current;                         // what the job runs now
-  const Catalog* catalog = nullptr;                      // nullptr = DefaultCatalog()
+  bool relaunch_current = false;     // its nodes are gone (SearchProblem::relaunch_current)
+  const Catalog* catalog = nullptr;  // nullptr = DefaultCatalog()
   RecommendOptions options;
   // Explicit hardware/batch candidates (e.g. the traced ones in a replay); empty = the space
   // generated from the catalog and options.space.

@@ -281,8 +281,9 @@ Evaluation Evaluate(const SearchProblem& p, const InstanceType& t, const Config&
   e.throughput = static_cast<double>(c.global_batch()) / step.value;
   const double train_s = steps.value * step.value;
   e.goodput = train_s > 0 ? p.remaining_progress / train_s : 0;
-  if (p.current && !(c == *p.current))
-    e.switch_s = c.SameHardware(*p.current) ? p.cost.batch_switch_s : p.cost.switch_s;
+  if (p.current && (p.relaunch_current || !(c == *p.current)))
+    e.switch_s =
+        !p.relaunch_current && c.SameHardware(*p.current) ? p.cost.batch_switch_s : p.cost.switch_s;
   const double rate = ClusterRevocationRate(t, c.nodes, c.purchase);
   const double ckpt =
       c.purchase == Purchase::kAnchor ? p.cost.anchor_checkpoint_s : p.cost.checkpoint_s;

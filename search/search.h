@@ -159,6 +159,9 @@ struct SearchProblem {
   CostOptions cost;
   double remaining_progress = 0;    // B0-steps still to make (for goodput)
   const Config* current = nullptr;  // switching cost is charged for leaving it
+  // Its nodes are gone (its spot nodes revoked, or refused on request): staying on it launches it
+  // again, a switch (switch_s) like any move.
+  bool relaunch_current = false;
   // When not empty, the hardware/batch candidates (purchase options are still expanded by the
   // space's allow_*); otherwise the space is generated from the catalog.
   std::vector<Config> candidates;

@@ -242,8 +242,10 @@ search::RecommendRequest BuildRecommendRequest(const Snapshot& s, const FitAndSe
   const bool waits = o.recommend.space.wait_for_spot && cur.purchase == search::Purchase::kSpot;
   if (auto a = s.spot_nodes_available.find(type);
       !waits && a != s.spot_nodes_available.end() && cur.purchase != search::Purchase::kOnDemand &&
-      search::SpotNodes(cur.nodes, cur.purchase) > a->second)
+      search::SpotNodes(cur.nodes, cur.purchase) > a->second) {
     cur.purchase = search::Purchase::kOnDemand;
+    req.relaunch_current = true;  // its nodes are gone: staying launches them again
+  }
   req.current = cur;
   req.catalog = o.catalog;
   req.options = o.recommend;

@@ -147,19 +147,35 @@ TEST(FitAndSearch, SpotShortageIsWaitedOutOnlyForCostWithoutADeadline) {
   Snapshot s = RealSnapshot();
   s.purchase = cloudtune::search::Purchase::kSpot;
   s.spot_nodes_available = {{"g4dn.12xlarge", 0}};
-  auto purchase_of_current = [&](const Options& opt) {
+  auto request = [&](const Options& opt) {
     FitAndSearchOptions o = SearchOptionsFrom(opt, nullptr);
     o.instance_type = "g4dn.12xlarge";
     o.target.progress = 20000;
-    return BuildRecommendRequest(s, o, false).current->purchase;
+    return BuildRecommendRequest(s, o, false);
   };
+  auto purchase_of_current = [&](const Options& opt) { return request(opt).current->purchase; };
   Options opt;
   opt.objective = "cost";
   EXPECT_EQ(purchase_of_current(opt), cloudtune::search::Purchase::kSpot);
   EXPECT_TRUE(SearchOptionsFrom(opt, nullptr).recommend.space.wait_for_spot);
+  EXPECT_FALSE(request(opt).relaunch_current);  // waits on spot: nothing launched yet
   opt.deadline_hours = 10;
   EXPECT_EQ(purchase_of_current(opt), cloudtune::search::Purchase::kOnDemand);
   EXPECT_FALSE(SearchOptionsFrom(opt, nullptr).recommend.space.wait_for_spot);
+  // Staying on demand launches the nodes again: the search charges it a switch, as any move.
+  EXPECT_TRUE(request(opt).relaunch_current);
+  {
+    FitAndSearchOptions o = SearchOptionsFrom(opt, nullptr);
+    o.instance_type = "g4dn.12xlarge";
+    o.target.progress = 20000;
+    const TunerResult r = MakeFitAndSearch(o)(s, RefitContext{"timer", 1});
+    ASSERT_TRUE(r.decision.has_current);
+    EXPECT_EQ(r.decision.current.switch_s, o.recommend.cost.switch_s);
+    s.spot_nodes_available = {{"g4dn.12xlarge", 16}};  // capacity enough: it holds its nodes
+    EXPECT_FALSE(request(opt).relaunch_current);
+    EXPECT_EQ(purchase_of_current(opt), cloudtune::search::Purchase::kSpot);
+    s.spot_nodes_available = {{"g4dn.12xlarge", 0}};
+  }
   opt.deadline_hours = 0;
   EXPECT_TRUE(SearchOptionsFrom(opt, nullptr).recommend.wait_for_spot_over_budget);
   opt.wait_for_spot = false;

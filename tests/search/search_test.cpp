@@ -296,6 +296,13 @@ TEST(Search, SwitchingCostIsCharged) {
   other.purchase = Purchase::kSpot;
   Evaluation e = Evaluate(p, other);
   EXPECT_EQ(e.switch_s, p.cost.switch_s);
+  // Nodes that are gone (spot revoked or refused) are launched again whatever runs next: staying
+  // is a switch, and so is another batch on them.
+  p.relaunch_current = true;
+  EXPECT_EQ(Evaluate(p, cur).switch_s, p.cost.switch_s);
+  EXPECT_EQ(Evaluate(p, batch).switch_s, p.cost.switch_s);
+  EXPECT_NEAR(Evaluate(p, cur).hours - same.hours, p.cost.switch_s / 3600, 1e-12);
+  p.relaunch_current = false;
   p.current = nullptr;
   EXPECT_NEAR(e.hours - Evaluate(p, other).hours, p.cost.switch_s / 3600, 1e-12);
 }
