@@ -147,11 +147,14 @@ TEST(FitAndSearch, SpotShortageIsWaitedOutOnlyForCostWithoutADeadline) {
   Snapshot s = RealSnapshot();
   s.purchase = cloudtune::search::Purchase::kSpot;
   s.spot_nodes_available = {{"g4dn.12xlarge", 0}};
-  auto request = [&](const Options& opt) {
+  auto search_options = [](const Options& opt) {
     FitAndSearchOptions o = SearchOptionsFrom(opt, nullptr);
     o.instance_type = "g4dn.12xlarge";
     o.target.progress = 20000;
-    return BuildRecommendRequest(s, o, false);
+    return o;
+  };
+  auto request = [&](const Options& opt) {
+    return BuildRecommendRequest(s, search_options(opt), false);
   };
   auto purchase_of_current = [&](const Options& opt) { return request(opt).current->purchase; };
   Options opt;
@@ -165,17 +168,15 @@ TEST(FitAndSearch, SpotShortageIsWaitedOutOnlyForCostWithoutADeadline) {
   // Staying on demand launches the nodes again: the search charges it a switch, as any move.
   EXPECT_TRUE(request(opt).relaunch_current);
   {
-    FitAndSearchOptions o = SearchOptionsFrom(opt, nullptr);
-    o.instance_type = "g4dn.12xlarge";
-    o.target.progress = 20000;
+    const FitAndSearchOptions o = search_options(opt);
     const TunerResult r = MakeFitAndSearch(o)(s, RefitContext{"timer", 1});
     ASSERT_TRUE(r.decision.has_current);
     EXPECT_EQ(r.decision.current.switch_s, o.recommend.cost.switch_s);
-    s.spot_nodes_available = {{"g4dn.12xlarge", 16}};  // capacity enough: it holds its nodes
-    EXPECT_FALSE(request(opt).relaunch_current);
-    EXPECT_EQ(purchase_of_current(opt), cloudtune::search::Purchase::kSpot);
-    s.spot_nodes_available = {{"g4dn.12xlarge", 0}};
   }
+  s.spot_nodes_available = {{"g4dn.12xlarge", 16}};  // capacity enough: it holds its nodes
+  EXPECT_FALSE(request(opt).relaunch_current);
+  EXPECT_EQ(purchase_of_current(opt), cloudtune::search::Purchase::kSpot);
+  s.spot_nodes_available = {{"g4dn.12xlarge", 0}};
   opt.deadline_hours = 0;
   EXPECT_TRUE(SearchOptionsFrom(opt, nullptr).recommend.wait_for_spot_over_budget);
   opt.wait_for_spot = false;
@@ -186,10 +187,7 @@ TEST(FitAndSearch, SpotShortageIsWaitedOutOnlyForCostWithoutADeadline) {
   EXPECT_EQ(purchase_of_current(opt), cloudtune::search::Purchase::kOnDemand);
   // The whole step: the recommendation keeps a spot configuration.
   opt.objective = "cost";
-  FitAndSearchOptions o = SearchOptionsFrom(opt, nullptr);
-  o.instance_type = "g4dn.12xlarge";
-  o.target.progress = 20000;
-  const TunerResult r = MakeFitAndSearch(o)(s, RefitContext{"timer", 1});
+  const TunerResult r = MakeFitAndSearch(search_options(opt))(s, RefitContext{"timer", 1});
   EXPECT_EQ(r.decision.proposed.config.purchase, cloudtune::search::Purchase::kSpot)
       << r.decision.reason;
 }
