@@ -5,6 +5,7 @@
 #include <limits>
 #include <map>
 #include <sstream>
+#include <tuple>
 
 #include "cli/replay/replay.h"
 #include "estimator/core/error.h"
@@ -268,6 +269,15 @@ Scenario ParseScenarioFields(const nlohmann::json& j, const std::string& name,
   s.start.gpus_per_node = IntField(st, "gpus_per_node", 1, name + ": start");
   s.start.local_bsz = IntField(st, "local_bsz", 1, name + ": start");
   s.start.accum_steps = IntField(st, "accum_steps", 0, name + ": start");
+  const std::tuple<const char*, int, int> bounds[] = {{"nodes", s.start.nodes, 1},
+                                                      {"gpus_per_node", s.start.gpus_per_node, 1},
+                                                      {"local_bsz", s.start.local_bsz, 1},
+                                                      {"accum_steps", s.start.accum_steps, 0}};
+  for (const auto& [key, v, lo] : bounds)
+    if (v < lo) throw InputError(name + ": start: " + key + ": must be >= " + std::to_string(lo));
+  if (static_cast<long long>(s.start.nodes) * s.start.gpus_per_node >
+      std::numeric_limits<int>::max())
+    throw InputError(name + ": start: nodes x gpus_per_node: too many GPUs");
   if (std::find(s.candidates.begin(), s.candidates.end(), s.start) == s.candidates.end())
     throw InputError(name + ": start: " + s.start.ToString() + " is not a traced configuration");
   if (j.contains("objective")) {

@@ -603,6 +603,16 @@ TEST(Replay, BadScenarioMessages) {
   EXPECT_EQ(ErrorOf(j),
             "s.json: start: 2x g4dn.12xlarge (4 GPUs/node) on-demand, batch 3x8 = 24 is not a "
             "traced configuration");
+  j["start"]["local_bsz"] = 0;
+  EXPECT_EQ(ErrorOf(j), "s.json: start: local_bsz: must be >= 1");
+  j = Base();
+  j["start"]["nodes"] = -2;
+  EXPECT_EQ(ErrorOf(j), "s.json: start: nodes: must be >= 1");
+  j["start"]["nodes"] = 1000000000;  // x 4 GPUs: more than an int holds
+  EXPECT_EQ(ErrorOf(j), "s.json: start: nodes x gpus_per_node: too many GPUs");
+  j = Base();
+  j["start"]["accum_steps"] = -1;
+  EXPECT_EQ(ErrorOf(j), "s.json: start: accum_steps: must be >= 0");
   j = Base();
   j["objective"]["goal"] = "speed";
   EXPECT_EQ(ErrorOf(j), "s.json: objective: goal: 'speed' (expected cost or time)");
