@@ -69,6 +69,7 @@
 // candidates.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -127,6 +128,13 @@ struct Scenario {
   const std::vector<core::NoiseObservation>& NoiseRows(double batch = 0) const;
   // With "validation": the gradient statistics each measured run recorded, by its batch.
   std::map<int, std::vector<core::NoiseObservation>> noise_by_batch;
+  // log |G|^2 and log tr(Sigma) of each row of `noise` and of each run of `noise_by_batch` (0 where
+  // a value is not positive), for NoiseAt's geometric interpolation, which runs in the
+  // simulation's inner loop: filled by the parser (IndexNoiseLogs; call it again after changing
+  // the rows). Rows without logs of their count (a scenario built by hand) are read without.
+  std::vector<std::array<double, 2>> noise_logs;
+  std::map<int, std::vector<std::array<double, 2>>> noise_logs_by_batch;
+  void IndexNoiseLogs();
 };
 
 // Throws cloudtune::InputError "FILE: FIELD: what" on a malformed scenario or trace.

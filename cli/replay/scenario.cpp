@@ -1,11 +1,13 @@
 // Scenario files of the replay (cli/replay/replay.h): parsing, measured truth, spot traces.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <functional>
 #include <limits>
 #include <map>
 #include <sstream>
 #include <tuple>
+#include <utility>
 
 #include "cli/replay/replay.h"
 #include "estimator/core/error.h"
@@ -316,25 +318,60 @@ Scenario ParseScenarioFields(const nlohmann::json& j, const std::string& name,
     throw InputError(name + ": " + (j.contains("carry") ? "carry" : "target_metric") +
                      ": needs \"validation\" (the measured runs)");
   if (j.contains("spot")) ParseSpot(j["spot"], name + ": spot", base_dir, &s);
+  s.IndexNoiseLogs();
   return s;
 }
 
 }  // namespace
 
-const std::vector<core::NoiseObservation>& Scenario::NoiseRows(double batch) const {
-  const std::vector<core::NoiseObservation>* rows = &noise;
-  if (batch > 0 && !noise_by_batch.empty()) {
+namespace {
+using NoiseLogs = std::vector<std::array<double, 2>>;
+
+NoiseLogs LogsOf(const std::vector<core::NoiseObservation>& rows) {
+  NoiseLogs logs(rows.size());
+  for (size_t i = 0; i < rows.size(); ++i)
+    for (int k = 0; k < 2; ++k) {
+      const double v = k == 0 ? rows[i].grad_sqr : rows[i].grad_var;
+      logs[i][k] = v > 0 ? std::log(v) : 0.0;
+    }
+  return logs;
+}
+
+// The rows NoiseAt reads (Scenario::NoiseRows) and their logarithms (null when not indexed).
+std::pair<const std::vector<core::NoiseObservation>*, const NoiseLogs*> PickNoise(const Scenario& s,
+                                                                                  double batch) {
+  const std::vector<core::NoiseObservation>* rows = &s.noise;
+  const NoiseLogs* logs = &s.noise_logs;
+  int run = 0;
+  if (batch > 0 && !s.noise_by_batch.empty()) {
     double best = std::numeric_limits<double>::infinity();
-    for (const auto& [b, obs] : noise_by_batch) {
+    for (const auto& [b, obs] : s.noise_by_batch) {
       const double d = std::abs(std::log(batch / b));
-      if (d < best && !obs.empty()) best = d, rows = &obs;
+      if (d < best && !obs.empty()) best = d, rows = &obs, run = b;
+    }
+    if (run) {
+      const auto it = s.noise_logs_by_batch.find(run);
+      logs = it == s.noise_logs_by_batch.end() ? nullptr : &it->second;
     }
   }
-  return *rows;
+  if (logs && logs->size() != rows->size()) logs = nullptr;
+  return {rows, logs};
+}
+}  // namespace
+
+void Scenario::IndexNoiseLogs() {
+  noise_logs = LogsOf(noise);
+  noise_logs_by_batch.clear();
+  for (const auto& [b, obs] : noise_by_batch) noise_logs_by_batch[b] = LogsOf(obs);
+}
+
+const std::vector<core::NoiseObservation>& Scenario::NoiseRows(double batch) const {
+  return *PickNoise(*this, batch).first;
 }
 
 core::NoiseState Scenario::NoiseAt(double progress, double batch) const {
-  const auto& n = NoiseRows(batch);
+  const auto [rows, logs] = PickNoise(*this, batch);
+  const auto& n = *rows;
   core::NoiseState st;
   st.base_batch = base_batch;
   auto it =
@@ -347,20 +384,23 @@ core::NoiseState Scenario::NoiseAt(double progress, double batch) const {
     st.grad_sqr = n.back().grad_sqr;
     st.grad_var = n.back().grad_var;
   } else {
-    const core::NoiseObservation& a = *(it - 1);
-    const core::NoiseObservation& b = *it;
+    const size_t i = static_cast<size_t>(it - n.begin());
+    const core::NoiseObservation& a = n[i - 1];
+    const core::NoiseObservation& b = n[i];
     const double w = (progress - a.progress) / std::max(1e-12, b.progress - a.progress);
     // Geometric between the rows: epoch averages that change by orders of magnitude (|G|^2 falls
     // 500-fold between bert's first two) are read as a steady rate of change, and the noise ratio
     // between the rows is then the same interpolation of the rows' ratios, whatever the scale of
     // |G|^2 (linear in each component, the ratio stays flat and jumps near the next row). Linear
     // where a row's value is not positive, which has no logarithm.
-    auto mix = [w](double x, double y) {
-      return x > 0 && y > 0 ? std::exp(std::log(x) + w * (std::log(y) - std::log(x)))
-                            : x + w * (y - x);
+    auto mix = [&](int k, double x, double y) {
+      if (!(x > 0 && y > 0)) return x + w * (y - x);
+      const double lx = logs ? (*logs)[i - 1][k] : std::log(x);
+      const double ly = logs ? (*logs)[i][k] : std::log(y);
+      return std::exp(lx + w * (ly - lx));
     };
-    st.grad_sqr = mix(a.grad_sqr, b.grad_sqr);
-    st.grad_var = mix(a.grad_var, b.grad_var);
+    st.grad_sqr = mix(0, a.grad_sqr, b.grad_sqr);
+    st.grad_var = mix(1, a.grad_var, b.grad_var);
   }
   return st;
 }

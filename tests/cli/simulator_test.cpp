@@ -200,5 +200,32 @@ TEST(Simulator, NoiseBetweenTheTracesRowsChangesAtASteadyRate) {
   EXPECT_DOUBLE_EQ(s.NoiseAt(2 * b.progress).grad_var, b.grad_var);
 }
 
+// The rows' logarithms are taken once, when the scenario is read (IndexNoiseLogs), not at every
+// read: the statistics read are the same to the bit, at every batch, between the rows and beyond
+// them, and a scenario without the index (built by hand) reads the same.
+TEST(Simulator, NoiseReadsTheSameWithTheRowsLogarithmsIndexedOrNot) {
+  CLOUDTUNE_NEEDS_SHARED_DATA();
+  const Scenario s = LoadScenario(kScenarios + "/pollux-cifar10-deadline.json");
+  ASSERT_EQ(s.noise_logs.size(), s.noise.size());
+  ASSERT_GE(s.noise_logs_by_batch.size(), 2u);
+  Scenario bare = s;
+  bare.noise_logs.clear();
+  bare.noise_logs_by_batch.clear();
+  int between = 0;
+  for (const double batch : {0.0, 128.0, 300.0, 4096.0, 20000.0}) {
+    const auto& rows = s.NoiseRows(batch);
+    ASSERT_GE(rows.size(), 2u);
+    const double top = 1.1 * rows.back().progress;
+    for (int i = 0; i <= 400; ++i) {
+      const double progress = top * i / 400;
+      const core::NoiseState a = s.NoiseAt(progress, batch), b = bare.NoiseAt(progress, batch);
+      EXPECT_EQ(a.grad_sqr, b.grad_sqr) << batch << " " << progress;
+      EXPECT_EQ(a.grad_var, b.grad_var) << batch << " " << progress;
+      between += progress > rows.front().progress && progress < rows.back().progress;
+    }
+  }
+  EXPECT_GT(between, 1000);
+}
+
 }  // namespace
 }  // namespace cloudtune::replay
