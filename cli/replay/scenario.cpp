@@ -370,8 +370,9 @@ const std::vector<core::NoiseObservation>& Scenario::NoiseRows(double batch) con
 }
 
 core::NoiseState Scenario::NoiseAt(double progress, double batch) const {
-  const auto [rows, logs] = PickNoise(*this, batch);
-  const auto& n = *rows;
+  const auto picked = PickNoise(*this, batch);  // (no structured binding: the lambda reads logs)
+  const std::vector<core::NoiseObservation>& n = *picked.first;
+  const NoiseLogs* logs = picked.second;
   core::NoiseState st;
   st.base_batch = base_batch;
   auto it =
