@@ -302,8 +302,11 @@ class Solver {
   // rounded to a level. Without (null), each state carries the position (in levels) of the schedule
   // that reached it, a window's progress from it is interpolated between its level's and the next
   // level's (T.next_x), and each level keeps its cheapest state. `rec` keeps the parents for
-  // Windows().
-  void Forward(const std::vector<int>* next, double* best_cost, double* best_time, bool rec) {
+  // Windows(). `known` is the cost of a schedule the recursion can do no worse than (its own
+  // optimum is no higher): the cost goal prunes against it from the first window, where the best
+  // finish found so far comes only near the end.
+  void Forward(const std::vector<int>* next, double* best_cost, double* best_time, bool rec,
+               double known = kInf) {
     const bool carry = next == nullptr;
     const std::vector<double>& from_level = T.from_level[carry ? 0 : next == T.next_lo ? 1 : 2];
     // V[c * K + k]: least cost to stand at level k at the window's start, having run c (index C:
@@ -370,7 +373,8 @@ class Solver {
       std::vector<int32_t>* P = rec ? &scratch_ : nullptr;
       if (may_idle) n_lo[C] = 0, n_hi[C] = top;
       for (int k = 0; k <= top && may_idle; ++k) {  // idle: free, no progress
-        N[C * K + k] = T.prune && Hopeless(any[k], from_level[k], *best_cost) ? kInf : any[k];
+        N[C * K + k] =
+            T.prune && Hopeless(any[k], from_level[k], std::min(*best_cost, known)) ? kInf : any[k];
         if (N[C * K + k] == kInf) continue;
         if (carry) NX[C * K + k] = X[any_at[k]];
         if (P) (*P)[C * K + k] = any_at[k];
@@ -391,7 +395,7 @@ class Solver {
             if (b == kInf) continue;
             const int cls = i < 3 ? i : LaunchClass(c);
             const size_t at = T.At(c, k);
-            if (T.prune && Hopeless(b, T.to_go[cls][at], *best_cost)) continue;
+            if (T.prune && Hopeless(b, T.to_go[cls][at], std::min(*best_cost, known))) continue;
             const int32_t from = i == 0   ? static_cast<int32_t>(c * K + k)
                                  : i == 1 ? grp_at[T.group[c] * K + k]
                                  : i == 2 ? any_at[k]
@@ -742,15 +746,21 @@ OracleResult Oracle::Solve(uint64_t seed, double horizon, double give_up, bool b
   OracleResult r;
   double cost_lo = kInf, time_lo = kInf;
   Solver solver(*t_, s_, seed, horizon_h);
-  solver.Forward(t_->next_hi, &cost_lo, &time_lo, false);
-  // The time goal's search stops at its first finish: one beyond give_up × the lower bound's
-  // time is not looked for.
-  if (give_up > 0 && s_.objective.goal == Goal::kTime && time_lo < kInf &&
-      give_up * time_lo / 3600 < horizon_h) {
-    Solver quick(*t_, s_, seed, give_up * time_lo / 3600);
-    FollowOne(&quick, *t_, o_.schedule, &r);
+  if (s_.objective.goal == Goal::kTime) {
+    solver.Forward(t_->next_hi, &cost_lo, &time_lo, false);
+    // The time goal's search stops at its first finish: one beyond give_up × the lower bound's
+    // time is not looked for.
+    if (give_up > 0 && time_lo < kInf && give_up * time_lo / 3600 < horizon_h) {
+      Solver quick(*t_, s_, seed, give_up * time_lo / 3600);
+      FollowOne(&quick, *t_, o_.schedule, &r);
+    } else {
+      FollowOne(&solver, *t_, o_.schedule, &r);
+    }
   } else {
+    // The schedule first: its cost, followed exactly, is no lower than the lower bound's (which
+    // rounds every window's progress up), so the bound's recursion prunes against it.
     FollowOne(&solver, *t_, o_.schedule, &r);
+    solver.Forward(t_->next_hi, &cost_lo, &time_lo, false, r.finished ? r.cost : kInf);
   }
   r.cost_lower = cost_lo;
   r.makespan_lower_h = time_lo / 3600;
