@@ -68,8 +68,10 @@ struct OracleOptions {
   unsigned threads = 0;
   // Skip the states from which no schedule can count: each window's cost plus a lower bound of the
   // cost from where it lands (the cheapest path through the levels, capacity and horizon ignored)
-  // beyond the best finish so far (the cost goal) or the budget (the time goal). The optimum and
-  // its schedule do not depend on it; only the time does.
+  // beyond the best finish so far (the cost goal) or the budget (the time goal). Under the cost
+  // goal the lower bound's recursion, run after the schedule, also prunes against the schedule's
+  // cost, which it cannot exceed. The optimum and its schedule do not depend on it; only the time
+  // does.
   bool prune = true;
   bool IsValid(std::string* error) const;
 };
