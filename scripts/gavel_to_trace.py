@@ -26,7 +26,11 @@ What each output row means (one file per GPU type and model family, all batch si
 Rows of the 1-GPU job appear in both the consolidated and unconsolidated tables with the same
 values; they are written once.
 
-usage: scripts/gavel_to_trace.py [--json PATH] [--out DIR]
+usage: scripts/gavel_to_trace.py [--json PATH] [--out DIR] [--layout flat|eval]
+
+--layout flat (the default) writes OUT/<gpu>_<family>.csv, as shipped in data/traces/gavel/;
+--layout eval writes OUT/<family>/placements-<gpu>.csv, the layout of ../shared/eval's scripts, so
+that cross_type_accuracy.py k80=OUT:-k80 p100=OUT:-p100 v100=OUT:-v100 runs S4 on Gavel's GPUs.
 """
 import argparse
 import ast
@@ -43,6 +47,8 @@ def main():
     ap.add_argument("--json", default=os.path.join(HERE, "..", "..", "shared", "data", "traces", "gavel",
                                                    "simulation_throughputs.json"))
     ap.add_argument("--out", default=os.path.join(HERE, "..", "data", "traces", "gavel"))
+    ap.add_argument("--layout", choices=("flat", "eval"), default="flat",
+                    help="flat: OUT/<gpu>_<family>.csv; eval: OUT/<family>/placements-<gpu>.csv")
     a = ap.parse_args()
     with open(a.json) as f:
         data = json.load(f)
@@ -65,7 +71,11 @@ def main():
         if len({k[1] for k in configs}) < 2:
             continue  # single-GPU only: nothing to model about parallel efficiency
         slug = re.sub(r"[^a-z0-9]+", "", family.lower())
-        path = os.path.join(a.out, "%s_%s.csv" % (gpu, slug))
+        if a.layout == "eval":
+            os.makedirs(os.path.join(a.out, slug), exist_ok=True)
+            path = os.path.join(a.out, slug, "placements-%s.csv" % gpu)
+        else:
+            path = os.path.join(a.out, "%s_%s.csv" % (gpu, slug))
         with open(path, "w", newline="") as f:
             w = csv.writer(f)
             w.writerow(["num_nodes", "num_replicas", "local_bsz", "step_time", "sync_time", "instance_type"])
