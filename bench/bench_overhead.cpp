@@ -17,16 +17,17 @@
 #include <numeric>
 #include <thread>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "estimator/core/stats.h"
 #include "examples/fashion_mnist.h"
 #include "hooks/grad_norm.h"
 #include "plugin/runtime/detail/thread.h"
+#include "plugin/torch/tcp_store.h"
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using cloudtune::examples::Collectives;
 using cloudtune::examples::FlatGrads;
 using cloudtune::examples::Net;
 using cloudtune::examples::TrainStep;
@@ -48,7 +49,7 @@ double g_hook_cost[2] = {0, 0};  // seconds per step: single replica, several re
 double g_plugin_cpu = 0, g_other_cpu = 0;
 
 // One replica's share of the interleaved run: returns per-block mean step times, [mode][block].
-void Replica(int rank, const Args& a, c10d::ProcessGroup* pg, const std::string& dir,
+void Replica(int rank, const Args& a, Collectives* pg, const std::string& dir,
              std::vector<double>* on_blocks, std::vector<double>* off_blocks) {
   torch::manual_seed(1);
   Net net;
@@ -132,7 +133,7 @@ void StepOverhead(const Args& a) {
   if (a.world == 1) {
     Replica(0, a, nullptr, dir, &on[0], &off[0]);
   } else {
-    c10d::TCPStoreOptions so;
+    c10d::TCPStoreOptions so = cloudtune::plugin::StoreOptions();
     so.port = 0;
     so.isServer = true;
     so.numWorkers = c10::nullopt;
@@ -142,7 +143,7 @@ void StepOverhead(const Args& a) {
     std::vector<std::thread> ts;
     for (int r = 0; r < a.world; ++r)
       ts.emplace_back([&, r] {
-        c10d::TCPStoreOptions co;
+        c10d::TCPStoreOptions co = cloudtune::plugin::StoreOptions();
         co.port = port;
         co.isServer = false;
         co.waitWorkers = false;

@@ -128,7 +128,7 @@ static void BM_SearchWithMixed(benchmark::State& state) {
     o.max_types = 3;
     for (const auto& t : catalog.types) o.available_nodes[t.name] = 4;
     o.available_nodes[r.top.front().config.type] = std::max(1, r.top.front().config.nodes / 2);
-    const cs::MixedSearchResult m = cs::SearchMixed(p, r, mixed, o);
+    cs::MixedSearchResult m = cs::SearchMixed(p, r, mixed, o);  // not const: see DoNotOptimize
     single = r.evaluated;
     considered = m.considered;
     proposed = m.proposed;

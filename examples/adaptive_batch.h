@@ -136,7 +136,7 @@ struct LoopContext {
   torch::optim::Optimizer* opt = nullptr;
   FlatGrads* fg = nullptr;
   torch::Tensor* accum = nullptr;
-  c10d::ProcessGroup* pg = nullptr;
+  Collectives* pg = nullptr;
   plugin::Plugin* ct = nullptr;
   int rank = 0, world = 1;
   torch::Tensor x_train, y_train, x_test, y_test;

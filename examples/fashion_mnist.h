@@ -13,7 +13,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
-#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>  // needs USE_C10D_GLOO
 #include <vector>
 
 #include "cloudtune/cloudtune.h"
@@ -21,6 +21,11 @@
 #include "plugin/torch/plugin.h"
 
 namespace cloudtune::examples {
+
+// The process group the examples' collectives (allreduce, broadcast, barrier) go through. It is the
+// Gloo group itself: in LibTorch 1.x that is a c10d::ProcessGroup, in 2.x a c10d::Backend (which a
+// ProcessGroup wraps), and both have these calls.
+using Collectives = c10d::ProcessGroupGloo;
 
 // conv(1→16, 3x3) → ReLU → maxpool 2 → conv(16→32, 3x3) → ReLU → maxpool 2 → fc 1568→128 → fc 10.
 struct NetImpl : torch::nn::Module {
@@ -107,7 +112,7 @@ struct FlatGrads {
 // is the micro-batches' size) and average `mean_bsz`; the gradients are then combined weighted by
 // samples, and the hooks are told the replicas' batches.
 inline double TrainStep(Net& net, torch::optim::Optimizer& opt, FlatGrads& fg, torch::Tensor& accum,
-                        c10d::ProcessGroup* pg, int world_size,
+                        Collectives* pg, int world_size,
                         const std::vector<std::pair<torch::Tensor, torch::Tensor>>& micro,
                         plugin::Plugin* ct, int slow_ms = 0, bool poison = false,
                         int64_t mean_bsz = 0) {

@@ -19,10 +19,10 @@
 #include <map>
 #include <stdexcept>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "examples/adaptive_batch.h"
 #include "examples/fashion_mnist.h"
+#include "plugin/torch/tcp_store.h"
 
 namespace {
 
@@ -156,7 +156,7 @@ int Worker(Flags f) {
   // Process group: a TCPStore served by rank 0, Gloo over loopback.
   c10::intrusive_ptr<c10d::ProcessGroupGloo> pg;
   if (world > 1) {
-    c10d::TCPStoreOptions so;
+    c10d::TCPStoreOptions so = cloudtune::plugin::StoreOptions();
     so.port = static_cast<uint16_t>(EnvInt("MASTER_PORT", 29500));
     so.isServer = rank == 0;
     so.numWorkers = world;

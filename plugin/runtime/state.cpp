@@ -38,17 +38,19 @@ std::string Checksum(const json& payload) {
   throw InputError(source + ": " + what);
 }
 
-const json& Member(const json& j, const char* name, const std::string& source,
-                   const std::string& where) {
-  if (!j.is_object()) Bad(source, where + " is not an object");
+// `where` is a C string so that no call makes a temporary that the returned reference could seem to
+// point into (GCC 14's -Wdangling-reference).
+const json& Member(const json& j, const char* name, const std::string& source, const char* where) {
+  const std::string at = where;
+  if (!j.is_object()) Bad(source, at + " is not an object");
   auto it = j.find(name);
-  if (it == j.end()) Bad(source, "missing \"" + where + (where.empty() ? "" : ".") + name + "\"");
+  if (it == j.end()) Bad(source, "missing \"" + at + (at.empty() ? "" : ".") + name + "\"");
   return *it;
 }
 
 double Number(const json& j, const char* name, const std::string& source, const std::string& where,
               double min_value) {
-  const json& v = Member(j, name, source, where);
+  const json& v = Member(j, name, source, where.c_str());
   const std::string field = (where.empty() ? "" : where + ".") + name;
   if (!v.is_number()) Bad(source, "\"" + field + "\" is not a number");
   const double d = v.get<double>();
@@ -60,7 +62,7 @@ double Number(const json& j, const char* name, const std::string& source, const 
 
 long long Integer(const json& j, const char* name, const std::string& source,
                   const std::string& where, long long min_value) {
-  const json& v = Member(j, name, source, where);
+  const json& v = Member(j, name, source, where.c_str());
   const std::string field = (where.empty() ? "" : where + ".") + name;
   if (!v.is_number_integer()) Bad(source, "\"" + field + "\" is not an integer");
   const long long x = v.get<long long>();
@@ -72,7 +74,7 @@ long long Integer(const json& j, const char* name, const std::string& source,
 
 std::string String(const json& j, const char* name, const std::string& source,
                    const std::string& where) {
-  const json& v = Member(j, name, source, where);
+  const json& v = Member(j, name, source, where.c_str());
   if (!v.is_string())
     Bad(source,
         "\"" + (where.empty() ? "" : where + ".") + std::string(name) + "\" is not a string");

@@ -1,6 +1,6 @@
 #include "plugin/torch/c10d_store.h"
 
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include "plugin/torch/tcp_store.h"
 
 namespace cloudtune::plugin {
 namespace {
@@ -29,7 +29,7 @@ class C10dStore : public runtime::KeyValueStore {
 std::shared_ptr<runtime::KeyValueStore> ConnectJobStore(const core::LaunchEnv& launch,
                                                         std::string* error) {
   try {
-    c10d::TCPStoreOptions so;
+    c10d::TCPStoreOptions so = StoreOptions();
     so.port = static_cast<uint16_t>(launch.master_port);
     so.isServer = false;
     so.waitWorkers = false;

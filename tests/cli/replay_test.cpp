@@ -71,10 +71,11 @@ int HardwareSwitches(const PolicyResult& r) {
   return n;
 }
 
-const PolicyResult& Find(const std::vector<PolicyResult>& rs, const std::string& policy) {
+// `policy` is a C string: a std::string temporary would trip GCC 14's -Wdangling-reference.
+const PolicyResult& Find(const std::vector<PolicyResult>& rs, const char* policy) {
   for (const auto& r : rs)
     if (r.policy == policy) return r;
-  throw std::runtime_error("no policy " + policy);
+  throw std::runtime_error(std::string("no policy ") + policy);
 }
 
 // Whether a line of the policy's schedule (its configurations and why it chose them) says `text`.
