@@ -45,12 +45,11 @@ if [ -d ../shared ] && ! mountpoint -q "$root/shared"; then
 fi
 cp /etc/resolv.conf "$root/etc/resolv.conf"
 
-# The packages of scripts/install-deps.sh under their Debian 13 names, less the fuzz and browser
-# tools (clang 14 is not in Debian 13; the sanitizer and fuzz runs stay on the Debian 12 build).
-pkgs=(build-essential cmake pkg-config python3 python3-venv python3-setuptools python3-wheel
-      libtorch-dev libgloo-dev libceres-dev libeigen3-dev libboost-dev nlohmann-json3-dev
-      libcli11-dev libyaml-cpp-dev libsqlite3-dev libgtest-dev libgmock-dev libbenchmark-dev
-      python3-torch dataset-fashion-mnist python3-matplotlib)
+# The packages of scripts/install-deps.sh (Debian 13 has them under the same names), less the fuzz
+# and browser tools: Debian 13 has no clang 14 runtime, and the sanitizer and fuzz runs stay on the
+# Debian 12 build.
+mapfile -t pkgs < <(bash scripts/install-deps.sh --list |
+                    grep -vxE 'chromium|clang|libclang-rt-14-dev')
 chroot "$root" /usr/bin/env DEBIAN_FRONTEND=noninteractive bash -c \
   "dpkg-query -W -f='\${Status}\n' ${pkgs[*]} 2>/dev/null | grep -c 'install ok installed' \
      | grep -qx ${#pkgs[@]} || { apt-get update -qq && \
