@@ -1,7 +1,8 @@
 // Data-parallel training of a small CNN on Fashion-MNIST over a Gloo process group on 127.0.0.1,
 // with the cloudtune hooks wired in (lines marked [cloudtune], here and in fashion_mnist.h).
 //
-//   train_fashion_mnist --workers 2            # spawns 2 worker processes of itself
+//   train_fashion_mnist --workers 2            # spawns 2 worker processes of itself and
+//                                              # serves their store, as torchrun's agent does
 //   RANK=r WORLD_SIZE=n MASTER_ADDR=127.0.0.1 MASTER_PORT=p train_fashion_mnist   # one worker
 //   CLOUDTUNE=1 train_fashion_mnist --workers 2                                   # tuner on
 #include <arpa/inet.h>
@@ -52,23 +53,14 @@ int EnvInt(const char* name, int fallback) {
   return v && *v ? std::atoi(v) : fallback;
 }
 
-int FreePort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = 0;
-  socklen_t len = sizeof(a);
-  int port = 29500;
-  if (fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0)
-    port = ntohs(a.sin_port);
-  if (fd >= 0) ::close(fd);
-  return port;
-}
+// Set by the launcher, as torchrun's agent sets it: the job's TCPStore is served at MASTER_PORT
+// already, so rank 0 joins it as a client.
+constexpr const char* kAgentStore = "TORCHELASTIC_USE_AGENT_STORE";
 
 // Spawns `n` copies of this program (without --workers) as ranks 0..n-1 and waits. If one fails,
-// the others are stopped. Returns the exit status.
+// the others are stopped. Returns the exit status. The launcher serves the job's TCPStore itself,
+// as torchrun's agent does, on MASTER_PORT or else on a port the kernel picks: the port is held
+// from the start, so no other process can take it before the workers meet there.
 int Launch(int n, int argc, char** argv) {
   std::vector<std::string> args;
   for (int i = 0; i < argc; ++i) {
@@ -80,8 +72,22 @@ int Launch(int n, int argc, char** argv) {
     if (a.rfind("--workers=", 0) == 0) continue;
     args.push_back(a);
   }
-  const std::string port =
-      std::getenv("MASTER_PORT") ? std::getenv("MASTER_PORT") : std::to_string(FreePort());
+  c10::intrusive_ptr<c10d::TCPStore> store;
+  std::string port;
+  try {
+    c10d::TCPStoreOptions so = cloudtune::plugin::StoreOptions();
+    so.port = static_cast<uint16_t>(EnvInt("MASTER_PORT", 0));
+    so.isServer = true;
+    so.waitWorkers = false;
+    so.timeout = std::chrono::seconds(120);
+    store = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", so);
+    port = std::to_string(store->getPort());
+  } catch (const std::exception& e) {
+    std::cerr << "train_fashion_mnist: cannot serve the job's store on port "
+              << EnvInt("MASTER_PORT", 0) << " (MASTER_PORT; 0: any free port): " << e.what()
+              << "\n";
+    return 1;
+  }
   std::map<pid_t, int> ranks;
   for (int r = 0; r < n; ++r) {
     pid_t pid = ::fork();
@@ -90,6 +96,7 @@ int Launch(int n, int argc, char** argv) {
       ::setenv("WORLD_SIZE", std::to_string(n).c_str(), 1);
       ::setenv("MASTER_ADDR", "127.0.0.1", 0);
       ::setenv("MASTER_PORT", port.c_str(), 1);
+      ::setenv(kAgentStore, "True", 1);
       std::vector<char*> cargs;
       for (auto& a : args) cargs.push_back(a.data());
       cargs.push_back(nullptr);
@@ -153,12 +160,13 @@ int Worker(Flags f) {
     if (rank == 0) std::cout << s << std::endl;
   };
 
-  // Process group: a TCPStore served by rank 0, Gloo over loopback.
+  // Process group: a TCPStore served by rank 0 (or by the launcher), Gloo over loopback.
   c10::intrusive_ptr<c10d::ProcessGroupGloo> pg;
   if (world > 1) {
     c10d::TCPStoreOptions so = cloudtune::plugin::StoreOptions();
     so.port = static_cast<uint16_t>(EnvInt("MASTER_PORT", 29500));
-    so.isServer = rank == 0;
+    const char* agent = std::getenv(kAgentStore);
+    so.isServer = rank == 0 && !(agent && std::string(agent) == "True");
     so.numWorkers = world;
     so.timeout = std::chrono::seconds(120);
     const char* addr = std::getenv("MASTER_ADDR");

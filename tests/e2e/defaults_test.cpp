@@ -80,12 +80,7 @@ TEST(Defaults, CloudtuneAloneGivesARecommendation) {
 // job's endpoint while it trains.
 TEST(Defaults, StatusReadsALiveJob) {
   const fs::path dir = cloudtune::e2e::TempDir("cloudtune-defaults", "status");
-  int port = 0;
-  {
-    cloudtune::test::FakeHttpServer probe(
-        [](const cloudtune::test::FakeRequest&) { return cloudtune::test::FakeAnswer{}; });
-    port = probe.port();  // free once the probe closes
-  }
+  const int port = cloudtune::e2e::FreePort();
   const std::string url = "127.0.0.1:" + std::to_string(port);
   std::string log;
   // The run trains in the background; status is asked while it runs.

@@ -96,6 +96,21 @@ TEST(E2E, PluginOnWritesSidecarAndProfile) {
 // Unequal local batches (48 and 80, as a mixed cluster balances them): the workers train, the
 // gradients combined weighted by samples; the sidecar records the global batch (2 x 64) and an
 // unbiased noise scale from the unequal-batch estimator.
+// --workers serves the job's store itself from the start (no port is picked, closed and then
+// bound again); a MASTER_PORT that another process holds is named, and nothing is spawned.
+TEST(E2E, LauncherNamesABusyMasterPort) {
+  auto dir = TempDir("busy-port");
+  int held = -1;
+  const int port = cloudtune::e2e::FreePort(&held);
+  ASSERT_GE(held, 0);
+  std::string log;
+  EXPECT_NE(RunExample(dir, "MASTER_PORT=" + std::to_string(port), &log), 0) << log;
+  ::close(held);
+  EXPECT_EQ(CountLines(log, "cannot serve the job's store on port " + std::to_string(port)), 1)
+      << log;
+  EXPECT_EQ(CountLines(log, "train_fashion_mnist: 2 worker(s)"), 0) << log;
+}
+
 TEST(E2E, UnequalLocalBatchesTrainAndWriteASidecar) {
   auto dir = TempDir("unequal");
   std::string log;
@@ -159,18 +174,7 @@ TEST(E2E, InvalidSettingLogsOnceAndTrainingGoesOn) {
 // lines (or 90 s passed; *lines_seen says how many).
 std::vector<pid_t> StartRanks(const fs::path& dir, const std::string& sidecar, size_t lines,
                               size_t* lines_seen) {
-  int port = 0;  // a free loopback port
-  {
-    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof(a);
-    ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-    ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-    port = ntohs(a.sin_port);
-    ::close(fd);
-  }
+  const int port = cloudtune::e2e::FreePort();
   std::vector<pid_t> pids;
   for (int rank = 0; rank < 2; ++rank) {
     pid_t pid = ::fork();

@@ -1,10 +1,15 @@
 // Helpers shared by the end-to-end tests, which run the built example as real worker processes.
 #pragma once
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <sstream>
 #include <string>
 
@@ -34,6 +39,43 @@ inline int CountLines(const std::string& text, const std::string& needle) {
   int n = 0;
   while (std::getline(in, line)) n += line.find(needle) != std::string::npos;
   return n;
+}
+
+// A free port on 127.0.0.1 for a job's MASTER_PORT, or one held busy (`held_fd`: the socket,
+// listening, for the caller to close). It is taken below the kernel's ephemeral range
+// (/proc/sys/net/ipv4/ip_local_port_range), where no other socket is given a port by the kernel:
+// a port asked of the kernel and closed again can be handed to another process's connection or
+// Gloo listener (tests run in parallel) before the job's store binds it. Falls back to the
+// kernel's choice when the range leaves no room below it.
+inline int FreePort(int* held_fd = nullptr) {
+  int low = 32768;  // Linux's default start of the ephemeral range
+  std::ifstream("/proc/sys/net/ipv4/ip_local_port_range") >> low;
+  constexpr int kFirst = 10000;  // above the well-known and most registered service ports
+  std::mt19937 rng(std::random_device{}());
+  const int span = low - kFirst;
+  const int start = span > 0 ? static_cast<int>(rng() % static_cast<unsigned>(span)) : 0;
+  for (int i = 0; i <= std::max(span, 0); ++i) {
+    const bool kernel = span <= 0 || i == span;  // the last resort: the kernel's choice
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) return 0;
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(kernel ? 0 : kFirst + (start + i) % span);
+    socklen_t len = sizeof(a);
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
+        ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
+      if (held_fd) {
+        ::listen(fd, 4);
+        *held_fd = fd;
+      } else {
+        ::close(fd);
+      }
+      return ntohs(a.sin_port);
+    }
+    ::close(fd);
+  }
+  return 0;
 }
 
 }  // namespace cloudtune::e2e

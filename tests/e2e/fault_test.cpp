@@ -30,25 +30,9 @@ namespace {
 
 namespace fs = std::filesystem;
 using cloudtune::e2e::CountLines;
+using cloudtune::e2e::FreePort;
 using cloudtune::e2e::Slurp;
 const std::string kBin = CLOUDTUNE_BIN_DIR "/train_fashion_mnist";
-
-int FreePort(int* held_fd = nullptr) {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(a);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  if (held_fd) {
-    ::listen(fd, 4);
-    *held_fd = fd;  // the port stays in use until the caller closes it
-  } else {
-    ::close(fd);
-  }
-  return ntohs(a.sin_port);
-}
 
 struct Fault {
   std::map<std::string, std::string> env = {};  // the faulty rank's CLOUDTUNE_* overrides

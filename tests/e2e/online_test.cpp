@@ -43,17 +43,7 @@ fs::path TempDir(const std::string& name) {
 using cloudtune::e2e::CountLines;
 using cloudtune::e2e::Slurp;
 
-int FreePort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(a);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
+using cloudtune::e2e::FreePort;
 
 // Runs the example (2 workers) in `dir` with `env`; returns the exit status, output in *log.
 int RunExample(const fs::path& dir, const std::string& env, int steps, std::string* log,

@@ -24,16 +24,13 @@ import threading
 import time
 import unittest
 
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from torchrun_test import free_port  # noqa: E402
+
 REPO = pathlib.Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "examples/train_fashion_mnist.py"
 ARGS = ["--steps", "30", "--batch", "32", "--log-every", "10", "--test-limit", "500",
         "--seed", "3"]
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Hang(http.server.BaseHTTPRequestHandler):
