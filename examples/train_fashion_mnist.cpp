@@ -19,6 +19,7 @@
 #include <iostream>
 #include <map>
 #include <stdexcept>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 
 #include "examples/adaptive_batch.h"
@@ -166,11 +167,18 @@ int Worker(Flags f) {
     c10d::TCPStoreOptions so = cloudtune::plugin::StoreOptions();
     so.port = static_cast<uint16_t>(EnvInt("MASTER_PORT", 29500));
     const char* agent = std::getenv(kAgentStore);
-    so.isServer = rank == 0 && !(agent && std::string(agent) == "True");
+    const bool agent_store = agent && std::string(agent) == "True";
+    so.isServer = rank == 0 && !agent_store;
     so.numWorkers = world;
     so.timeout = std::chrono::seconds(120);
     const char* addr = std::getenv("MASTER_ADDR");
-    auto store = c10::make_intrusive<c10d::TCPStore>(addr ? addr : "127.0.0.1", so);
+    c10::intrusive_ptr<c10d::Store> store =
+        c10::make_intrusive<c10d::TCPStore>(addr ? addr : "127.0.0.1", so);
+    // The agent's store outlives a restart: each attempt keeps its keys apart, as torch's own
+    // env:// rendezvous does.
+    if (agent_store)
+      store = c10::make_intrusive<c10d::PrefixStore>(
+          "/worker/attempt_" + std::to_string(EnvInt("TORCHELASTIC_RESTART_COUNT", 0)), store);
     auto opts = c10d::ProcessGroupGloo::Options::create(std::chrono::seconds(120));
     opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
     pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, world, opts);

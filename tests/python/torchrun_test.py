@@ -57,7 +57,9 @@ def on_cloud_vm():
     return False
 
 
-def torchrun(tmp, tuner, *args, timeout=120, extra_env=None):
+def torchrun(tmp, tuner, *args, timeout=120, extra_env=None, program=None):
+    """torchrun with 2 workers of the Python example, or of `program` (an executable: --no_python)
+    under the default static rendezvous, whose agent serves the job's store."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("CLOUDTUNE")}
     env["CLOUDTUNE_LIBRARY"] = os.environ.get("CLOUDTUNE_LIBRARY") or str(
         REPO / "build/lib/libcloudtune_plugin.so")
@@ -74,7 +76,8 @@ def torchrun(tmp, tuner, *args, timeout=120, extra_env=None):
     # --redirects/--tee parsing on Python >= 3.11 (see there).
     cmd = [sys.executable, str(REPO / "python/cloudtune/torchrun.py"), "--nproc_per_node", "2",
            "--monitor_interval", "1",
-           "--master_addr", "127.0.0.1", "--master_port", str(free_port()), str(EXAMPLE),
+           "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
+           *(["--no_python", str(program)] if program else [str(EXAMPLE)]),
            "--log-every", "20", "--test-limit", "2000", *args]
     r = subprocess.run(cmd, cwd=tmp, env=env, capture_output=True, text=True, timeout=timeout)
     if r.returncode != 0:
@@ -124,6 +127,21 @@ class TorchrunTest(unittest.TestCase):
             self.assertGreater(meas[-1]["gns_steps"], 40)  # one noise sample per step
             profile = (pathlib.Path(tmp) / "cloudtune.profile.csv").read_text().splitlines()
             self.assertGreaterEqual(len(profile), 2, profile)
+
+    def test_cpp_example_joins_the_agents_store(self):
+        """The C++ example under torchrun (static rendezvous: the agent serves the store at
+        MASTER_PORT and says so in TORCHELASTIC_USE_AGENT_STORE): rank 0 joins it as a client,
+        trains, and the tuner writes its sidecar."""
+        program = os.environ.get("CLOUDTUNE_EXAMPLE") or str(REPO / "build/bin/train_fashion_mnist")
+        with tempfile.TemporaryDirectory() as tmp:
+            r = torchrun(tmp, True, "--steps", "60", "--batch", "32", program=program)
+            self.assertIn("train_fashion_mnist: 2 worker(s)", r.stdout + r.stderr)
+            self.assertIn("test accuracy", r.stdout + r.stderr)
+            recs = sidecar(tmp)
+            self.assertEqual(recs[0]["kind"], "start")
+            self.assertEqual(recs[0]["world_size"], 2)
+            self.assertEqual(recs[-1]["kind"], "end")
+            self.assertEqual(recs[-1]["steps"], 60)
 
     def test_cloudtune_alone_recommends(self):
         """Only CLOUDTUNE=1: the start line says what is known, and a recommendation comes (the
