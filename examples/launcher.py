@@ -31,6 +31,7 @@ import argparse
 import json
 import os
 import pathlib
+import random
 import socket
 import subprocess
 import sys
@@ -40,9 +41,25 @@ HERE = pathlib.Path(__file__).resolve().parent
 
 
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free port on 127.0.0.1 for a rendezvous or a job's master, below the kernel's ephemeral
+    range, where the kernel gives no other socket a port: one it chose and we closed could go to
+    another process's connection or Gloo listener before torchrun binds it."""
+    low = 32768  # Linux's default start of the ephemeral range
+    try:
+        low = int(pathlib.Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        pass
+    first = 10000  # above the well-known and most registered service ports
+    span = max(low - first, 0)
+    start = random.SystemRandom().randrange(span) if span else 0
+    for port in [first + (start + i) % span for i in range(span)] + [0]:
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return s.getsockname()[1]
+    raise OSError("no free port on 127.0.0.1")
 
 
 def read_records(path, offset=0):

@@ -11,8 +11,6 @@ import json
 import math
 import os
 import pathlib
-import random
-import socket
 import subprocess
 import sys
 import tempfile
@@ -20,28 +18,8 @@ import unittest
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "train_fashion_mnist.py"
-
-
-def free_port():
-    """A free port on 127.0.0.1 for a job's master, below the kernel's ephemeral range, where the
-    kernel gives no other socket a port: one it chose and we closed could go to another test's
-    connection or Gloo listener (tests run in parallel) before the job's store binds it."""
-    low = 32768  # Linux's default start of the ephemeral range
-    try:
-        low = int(pathlib.Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        pass
-    first = 10000  # above the well-known and most registered service ports
-    span = max(low - first, 0)
-    start = random.SystemRandom().randrange(span) if span else 0
-    for port in [first + (start + i) % span for i in range(span)] + [0]:
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return s.getsockname()[1]
-    raise OSError("no free port on 127.0.0.1")
+sys.path.insert(0, str(REPO / "examples"))
+from launcher import free_port  # noqa: E402,F401 (fault_test and online_test take it from here)
 
 
 def on_cloud_vm():
