@@ -49,7 +49,7 @@ inline int CountLines(const std::string& text, const std::string& needle) {
 // kernel's choice when the range leaves no room below it.
 inline int FreePort(int* held_fd = nullptr) {
   int low = 32768;  // Linux's default start of the ephemeral range
-  std::ifstream("/proc/sys/net/ipv4/ip_local_port_range") >> low;
+  if (int v = 0; std::ifstream("/proc/sys/net/ipv4/ip_local_port_range") >> v && v > 0) low = v;
   constexpr int kFirst = 10000;  // above the well-known and most registered service ports
   std::mt19937 rng(std::random_device{}());
   const int span = low - kFirst;
