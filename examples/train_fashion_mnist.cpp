@@ -133,6 +133,29 @@ int Launch(int n, int argc, char** argv) {
   return rc;
 }
 
+// The job's process group: a TCPStore served by rank 0 (or by the launcher, or torchrun's agent),
+// Gloo over loopback.
+c10::intrusive_ptr<c10d::ProcessGroupGloo> MakeGroup(int rank, int world) {
+  c10d::TCPStoreOptions so = cloudtune::plugin::StoreOptions();
+  so.port = static_cast<uint16_t>(EnvInt("MASTER_PORT", 29500));
+  const char* agent = std::getenv(kAgentStore);
+  const bool agent_store = agent && std::string(agent) == "True";
+  so.isServer = rank == 0 && !agent_store;
+  so.numWorkers = world;
+  so.timeout = std::chrono::seconds(120);
+  const char* addr = std::getenv("MASTER_ADDR");
+  c10::intrusive_ptr<c10d::Store> store =
+      c10::make_intrusive<c10d::TCPStore>(addr ? addr : "127.0.0.1", so);
+  // The agent's store outlives a restart: each attempt keeps its keys apart, as torch's own
+  // env:// rendezvous does.
+  if (agent_store)
+    store = c10::make_intrusive<c10d::PrefixStore>(
+        "/worker/attempt_" + std::to_string(EnvInt("TORCHELASTIC_RESTART_COUNT", 0)), store);
+  auto opts = c10d::ProcessGroupGloo::Options::create(std::chrono::seconds(120));
+  opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+  return c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, world, opts);
+}
+
 // --batches: sets this rank's local batch; returns their mean (0 without --batches) and the
 // largest in *max_bsz. Throws std::invalid_argument on a list that does not fit the workers.
 int64_t ApplyBatches(Flags* f, int rank, int world, int64_t* max_bsz) {
@@ -161,28 +184,8 @@ int Worker(Flags f) {
     if (rank == 0) std::cout << s << std::endl;
   };
 
-  // Process group: a TCPStore served by rank 0 (or by the launcher), Gloo over loopback.
   c10::intrusive_ptr<c10d::ProcessGroupGloo> pg;
-  if (world > 1) {
-    c10d::TCPStoreOptions so = cloudtune::plugin::StoreOptions();
-    so.port = static_cast<uint16_t>(EnvInt("MASTER_PORT", 29500));
-    const char* agent = std::getenv(kAgentStore);
-    const bool agent_store = agent && std::string(agent) == "True";
-    so.isServer = rank == 0 && !agent_store;
-    so.numWorkers = world;
-    so.timeout = std::chrono::seconds(120);
-    const char* addr = std::getenv("MASTER_ADDR");
-    c10::intrusive_ptr<c10d::Store> store =
-        c10::make_intrusive<c10d::TCPStore>(addr ? addr : "127.0.0.1", so);
-    // The agent's store outlives a restart: each attempt keeps its keys apart, as torch's own
-    // env:// rendezvous does.
-    if (agent_store)
-      store = c10::make_intrusive<c10d::PrefixStore>(
-          "/worker/attempt_" + std::to_string(EnvInt("TORCHELASTIC_RESTART_COUNT", 0)), store);
-    auto opts = c10d::ProcessGroupGloo::Options::create(std::chrono::seconds(120));
-    opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
-    pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, world, opts);
-  }
+  if (world > 1) pg = MakeGroup(rank, world);
 
   // Data: this worker's shard of the training set (every world-th sample).
   std::string cache = f.cache;
