@@ -5,10 +5,7 @@
 //                                              # serves their store, as torchrun's agent does
 //   RANK=r WORLD_SIZE=n MASTER_ADDR=127.0.0.1 MASTER_PORT=p train_fashion_mnist   # one worker
 //   CLOUDTUNE=1 train_fashion_mnist --workers 2                                   # tuner on
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
