@@ -19,6 +19,7 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 
+#include "estimator/core/env.h"
 #include "examples/adaptive_batch.h"
 #include "examples/fashion_mnist.h"
 #include "plugin/torch/tcp_store.h"
@@ -42,6 +43,8 @@ struct Flags {
   int slow_ms = 0;
   int nan_rank = -1;  // this rank's gradients are NaN at the steps nan_steps lists
   std::vector<int64_t> nan_steps;
+  int fail_rank = -1;  // on the job's first attempt this rank exits (status 3) at step fail_step
+  int64_t fail_step = 0;
   std::vector<int> batches;  // per-rank local batches (unequal: a mixed cluster's balanced batches)
   cloudtune::examples::AdaptiveFlags adaptive;  // --adaptive-batch, --validation-csv, ...
 };
@@ -135,19 +138,16 @@ int Launch(int n, int argc, char** argv) {
 c10::intrusive_ptr<c10d::ProcessGroupGloo> MakeGroup(int rank, int world) {
   c10d::TCPStoreOptions so = cloudtune::plugin::StoreOptions();
   so.port = static_cast<uint16_t>(EnvInt("MASTER_PORT", 29500));
-  const char* agent = std::getenv(kAgentStore);
-  const bool agent_store = agent && std::string(agent) == "True";
-  so.isServer = rank == 0 && !agent_store;
+  const cloudtune::core::LaunchEnv launch = cloudtune::core::LaunchEnv::Read();
+  so.isServer = rank == 0 && !launch.agent_store;
   so.numWorkers = world;
   so.timeout = std::chrono::seconds(120);
   const char* addr = std::getenv("MASTER_ADDR");
   c10::intrusive_ptr<c10d::Store> store =
       c10::make_intrusive<c10d::TCPStore>(addr ? addr : "127.0.0.1", so);
-  // The agent's store outlives a restart: each attempt keeps its keys apart, as torch's own
-  // env:// rendezvous does.
-  if (agent_store)
-    store = c10::make_intrusive<c10d::PrefixStore>(
-        "/worker/attempt_" + std::to_string(EnvInt("TORCHELASTIC_RESTART_COUNT", 0)), store);
+  // The agent's store outlives a restart: each attempt keeps its keys apart.
+  if (launch.agent_store)
+    store = c10::make_intrusive<c10d::PrefixStore>(launch.AttemptPrefix(), store);
   auto opts = c10d::ProcessGroupGloo::Options::create(std::chrono::seconds(120));
   opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
   return c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, world, opts);
@@ -215,6 +215,9 @@ int Worker(Flags f) {
   torch::optim::SGD opt(net->parameters(), torch::optim::SGDOptions(f.lr).momentum(0.9));
   torch::Tensor accum;
 
+  // A worker failure for torchrun to restart (--fail-rank): on the first attempt only.
+  const bool fails = rank == f.fail_rank && EnvInt("TORCHELASTIC_RESTART_COUNT", 0) == 0;
+  if (fails && f.fail_step == 0) std::_Exit(3);
   cloudtune::Init({rank, world, 0, mean_bsz > 0 ? static_cast<int>(mean_bsz) : f.batch,
                    f.accum});                                     // [cloudtune]
   cloudtune::plugin::Plugin* ct = cloudtune::plugin::Instance();  // [cloudtune]
@@ -243,6 +246,7 @@ int Worker(Flags f) {
     int window = 0;
     auto window_start = std::chrono::steady_clock::now();
     for (int64_t s = 0; s < steps_per_epoch; ++s) {
+      if (fails && step == f.fail_step) std::_Exit(3);
       std::vector<std::pair<torch::Tensor, torch::Tensor>> micro;
       for (int a = 0; a < f.accum; ++a) {
         auto idx = perm.narrow(0, s * per_step + a * f.batch, f.batch);
@@ -327,6 +331,12 @@ int main(int argc, char** argv) {
                  "scaler skips it)");
   app.add_option("--nan-steps", f.nan_steps, "optimizer steps (1-based) with NaN gradients")
       ->delimiter(',');
+  app.add_option("--fail-rank", f.fail_rank,
+                 "on the job's first attempt (TORCHELASTIC_RESTART_COUNT unset or 0) this rank "
+                 "exits with status 3 at --fail-step: a worker failure for torchrun to restart");
+  app.add_option("--fail-step", f.fail_step,
+                 "optimizer steps done when --fail-rank exits (0: before the tuner starts; "
+                 "the epoch loop, not --adaptive-batch)");
   app.add_option(
          "--batches", f.batches,
          "local batch of each worker, in rank order (e.g. 48,80: unequal batches, gradients "

@@ -33,7 +33,12 @@ LaunchEnv LaunchEnv::Read(const EnvLookup& lookup) {
   e.master_port = IntOr(GetEnv("MASTER_PORT", lookup), 0);
   e.restart_count = IntOr(GetEnv("TORCHELASTIC_RESTART_COUNT", lookup), 0);
   e.run_id = GetEnv("TORCHELASTIC_RUN_ID", lookup).value_or("");
+  e.agent_store = GetEnv("TORCHELASTIC_USE_AGENT_STORE", lookup).value_or("") == "True";
   return e;
+}
+
+std::string LaunchEnv::AttemptPrefix() const {
+  return agent_store ? "/worker/attempt_" + std::to_string(restart_count) : "";
 }
 
 int LaunchEnv::NumNodes(int world_size) const {

@@ -30,9 +30,16 @@ struct LaunchEnv {
   int master_port = 0;        // MASTER_PORT (0 = unset)
   int restart_count = 0;      // TORCHELASTIC_RESTART_COUNT (0 = first start)
   std::string run_id;         // TORCHELASTIC_RUN_ID ("" = unset)
+  // TORCHELASTIC_USE_AGENT_STORE=True: the store at MASTER_PORT is the agent's (torchrun's static
+  // rendezvous), which outlives a restart of the workers; every rank is its client.
+  bool agent_store = false;
 
   // Reads the variables; values that are not non-negative integers are treated as unset.
   static LaunchEnv Read(const EnvLookup& lookup = {});
+  // Where this attempt's keys live in the job's store: "/worker/attempt_<restart_count>" in the
+  // agent's store (the prefix torch's own env:// rendezvous gives them, so that an attempt never
+  // reads the keys of the one before), "" otherwise (rank 0 serves a new store each attempt).
+  std::string AttemptPrefix() const;
   // Machines the job spans: GROUP_WORLD_SIZE, else world_size / LOCAL_WORLD_SIZE when that
   // divides evenly, else 1.
   int NumNodes(int world_size) const;

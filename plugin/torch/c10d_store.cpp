@@ -1,5 +1,7 @@
 #include "plugin/torch/c10d_store.h"
 
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+
 #include "plugin/torch/tcp_store.h"
 
 namespace cloudtune::plugin {
@@ -7,7 +9,7 @@ namespace {
 
 class C10dStore : public runtime::KeyValueStore {
  public:
-  explicit C10dStore(c10::intrusive_ptr<c10d::TCPStore> store) : store_(std::move(store)) {}
+  explicit C10dStore(c10::intrusive_ptr<c10d::Store> store) : store_(std::move(store)) {}
   void Set(const std::string& key, const std::string& value) override {
     store_->set(key, std::vector<uint8_t>(value.begin(), value.end()));
   }
@@ -21,7 +23,7 @@ class C10dStore : public runtime::KeyValueStore {
   }
 
  private:
-  c10::intrusive_ptr<c10d::TCPStore> store_;
+  c10::intrusive_ptr<c10d::Store> store_;
 };
 
 }  // namespace
@@ -37,7 +39,9 @@ std::shared_ptr<runtime::KeyValueStore> ConnectJobStore(const core::LaunchEnv& l
     auto store = c10::make_intrusive<c10d::TCPStore>(
         launch.master_addr.empty() ? "127.0.0.1" : launch.master_addr, so);
     store->setTimeout(std::chrono::seconds(30));  // a gather waits at most this long
-    return std::make_shared<C10dStore>(std::move(store));
+    const std::string prefix = launch.AttemptPrefix();
+    if (prefix.empty()) return std::make_shared<C10dStore>(std::move(store));
+    return std::make_shared<C10dStore>(c10::make_intrusive<c10d::PrefixStore>(prefix, store));
   } catch (const std::exception& e) {
     if (error) *error = std::string("c10d store: ") + e.what();
     return nullptr;

@@ -11,8 +11,8 @@
 
 namespace cloudtune::plugin {
 
-// Connects a client to the job's store (at most 5 s; a Get waits at most 30 s). Returns null with
-// the reason in *error when it cannot.
+// Connects a client to the job's store (at most 5 s; a Get waits at most 30 s), its keys under
+// launch.AttemptPrefix(). Returns null with the reason in *error when it cannot.
 std::shared_ptr<runtime::KeyValueStore> ConnectJobStore(const core::LaunchEnv& launch,
                                                         std::string* error);
 

@@ -35,9 +35,10 @@ def on_cloud_vm():
     return False
 
 
-def torchrun(tmp, tuner, *args, timeout=120, extra_env=None, program=None):
+def torchrun(tmp, tuner, *args, timeout=120, extra_env=None, program=None, agent_args=()):
     """torchrun with 2 workers of the Python example, or of `program` (an executable: --no_python)
-    under the default static rendezvous, whose agent serves the job's store."""
+    under the default static rendezvous, whose agent serves the job's store. `agent_args` go to
+    torchrun (they override the ones given here)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("CLOUDTUNE")}
     env["CLOUDTUNE_LIBRARY"] = os.environ.get("CLOUDTUNE_LIBRARY") or str(
         REPO / "build/lib/libcloudtune_plugin.so")
@@ -54,7 +55,7 @@ def torchrun(tmp, tuner, *args, timeout=120, extra_env=None, program=None):
     # --redirects/--tee parsing on Python >= 3.11 (see there).
     cmd = [sys.executable, str(REPO / "python/cloudtune/torchrun.py"), "--nproc_per_node", "2",
            "--monitor_interval", "1",
-           "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
+           "--master_addr", "127.0.0.1", "--master_port", str(free_port()), *agent_args,
            *(["--no_python", str(program)] if program else [str(EXAMPLE)]),
            "--log-every", "20", "--test-limit", "2000", *args]
     r = subprocess.run(cmd, cwd=tmp, env=env, capture_output=True, text=True, timeout=timeout)
@@ -120,6 +121,26 @@ class TorchrunTest(unittest.TestCase):
             self.assertEqual(recs[0]["world_size"], 2)
             self.assertEqual(recs[-1]["kind"], "end")
             self.assertEqual(recs[-1]["steps"], 60)
+
+    def test_cpp_example_restarted_agrees_afresh(self):
+        """The agent's store outlives a restart. On the first attempt rank 1 fails before it starts
+        the tuner, so rank 0 turns the tuner off for that attempt: CLOUDTUNE_AGREE_TIMEOUT_SECONDS
+        (1 s) passes long before the agent first looks at its workers (after 20 s) and restarts
+        both. The second attempt agrees afresh: the tuner is on, and the sidecar has its start
+        record (restart_count 1) and its end."""
+        program = os.environ.get("CLOUDTUNE_EXAMPLE") or str(REPO / "build/bin/train_fashion_mnist")
+        with tempfile.TemporaryDirectory() as tmp:
+            r = torchrun(tmp, True, "--steps", "40", "--batch", "32", "--fail-rank", "1",
+                         "--fail-step", "0", program=program,
+                         agent_args=("--max_restarts", "1", "--monitor_interval", "20"),
+                         extra_env={"CLOUDTUNE_AGREE_TIMEOUT_SECONDS": "1"}, timeout=180)
+            out = r.stdout + r.stderr
+            self.assertIn("rank(s) did not start the plugin", out)  # the first attempt: off
+            recs = sidecar(tmp)
+            starts = [rec for rec in recs if rec["kind"] == "start"]
+            self.assertEqual([s["restart_count"] for s in starts], [1], out)
+            self.assertEqual(recs[-1]["kind"], "end", out)
+            self.assertEqual(recs[-1]["steps"], 40, out)
 
     def test_cloudtune_alone_recommends(self):
         """Only CLOUDTUNE=1: the start line says what is known, and a recommendation comes (the
