@@ -133,12 +133,7 @@ void StepOverhead(const Args& a) {
   if (a.world == 1) {
     Replica(0, a, nullptr, dir, &on[0], &off[0]);
   } else {
-    c10d::TCPStoreOptions so = cloudtune::plugin::StoreOptions();
-    so.port = 0;
-    so.isServer = true;
-    so.numWorkers = c10::nullopt;
-    so.waitWorkers = false;
-    auto server = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", so);
+    auto server = cloudtune::plugin::ServeStore(0, std::chrono::seconds(120));
     const uint16_t port = server->getPort();
     std::vector<std::thread> ts;
     for (int r = 0; r < a.world; ++r)

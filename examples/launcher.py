@@ -52,7 +52,7 @@ def free_port():
     first = 10000  # above the well-known and most registered service ports
     span = max(low - first, 0)
     start = random.SystemRandom().randrange(span) if span else 0
-    for port in [first + (start + i) % span for i in range(span)] + [0]:
+    for port in [*(first + (start + i) % span for i in range(span)), 0]:  # 0: the kernel's choice
         with socket.socket() as s:
             try:
                 s.bind(("127.0.0.1", port))

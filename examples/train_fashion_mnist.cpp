@@ -76,12 +76,8 @@ int Launch(int n, int argc, char** argv) {
   c10::intrusive_ptr<c10d::TCPStore> store;
   std::string port;
   try {
-    c10d::TCPStoreOptions so = cloudtune::plugin::StoreOptions();
-    so.port = static_cast<uint16_t>(EnvInt("MASTER_PORT", 0));
-    so.isServer = true;
-    so.waitWorkers = false;
-    so.timeout = std::chrono::seconds(120);
-    store = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", so);
+    store = cloudtune::plugin::ServeStore(static_cast<uint16_t>(EnvInt("MASTER_PORT", 0)),
+                                          std::chrono::seconds(120));
     port = std::to_string(store->getPort());
   } catch (const std::exception& e) {
     std::cerr << "train_fashion_mnist: cannot serve the job's store on port "
@@ -136,15 +132,14 @@ int Launch(int n, int argc, char** argv) {
 // The job's process group: a TCPStore served by rank 0 (or by the launcher, or torchrun's agent),
 // Gloo over loopback.
 c10::intrusive_ptr<c10d::ProcessGroupGloo> MakeGroup(int rank, int world) {
-  c10d::TCPStoreOptions so = cloudtune::plugin::StoreOptions();
-  so.port = static_cast<uint16_t>(EnvInt("MASTER_PORT", 29500));
   const cloudtune::core::LaunchEnv launch = cloudtune::core::LaunchEnv::Read();
+  c10d::TCPStoreOptions so = cloudtune::plugin::StoreOptions();
+  so.port = static_cast<uint16_t>(launch.master_port > 0 ? launch.master_port : 29500);
   so.isServer = rank == 0 && !launch.agent_store;
   so.numWorkers = world;
   so.timeout = std::chrono::seconds(120);
-  const char* addr = std::getenv("MASTER_ADDR");
-  c10::intrusive_ptr<c10d::Store> store =
-      c10::make_intrusive<c10d::TCPStore>(addr ? addr : "127.0.0.1", so);
+  c10::intrusive_ptr<c10d::Store> store = c10::make_intrusive<c10d::TCPStore>(
+      launch.master_addr.empty() ? "127.0.0.1" : launch.master_addr, so);
   // The agent's store outlives a restart: each attempt keeps its keys apart.
   if (launch.agent_store)
     store = c10::make_intrusive<c10d::PrefixStore>(launch.AttemptPrefix(), store);
@@ -216,7 +211,7 @@ int Worker(Flags f) {
   torch::Tensor accum;
 
   // A worker failure for torchrun to restart (--fail-rank): on the first attempt only.
-  const bool fails = rank == f.fail_rank && EnvInt("TORCHELASTIC_RESTART_COUNT", 0) == 0;
+  const bool fails = rank == f.fail_rank && cloudtune::core::LaunchEnv::Read().restart_count == 0;
   if (fails && f.fail_step == 0) std::_Exit(3);
   cloudtune::Init({rank, world, 0, mean_bsz > 0 ? static_cast<int>(mean_bsz) : f.batch,
                    f.accum});                                     // [cloudtune]

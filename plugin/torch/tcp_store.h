@@ -1,7 +1,10 @@
-// Options for a c10d::TCPStore that every LibTorch cloudtune builds against can honour. Used by the
-// plugin's client of the job's store and by the examples' and benchmark's process groups.
+// Options for a c10d::TCPStore that every LibTorch cloudtune builds against can honour, and a
+// served store on them. Used by the plugin's client of the job's store and by the examples' and
+// benchmark's process groups.
 #pragma once
 
+#include <chrono>
+#include <cstdint>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <type_traits>
 #include <utility>
@@ -28,6 +31,18 @@ inline c10d::TCPStoreOptions StoreOptions() {
   c10d::TCPStoreOptions o;
   detail::UseBuiltInBackend(o);
   return o;
+}
+
+// A store served on 127.0.0.1:`port` (0: a port the kernel picks; getPort() says which) that waits
+// for no worker, as a launcher or torchrun's agent serves one. Throws what TCPStore throws (a port
+// in use, say).
+inline c10::intrusive_ptr<c10d::TCPStore> ServeStore(uint16_t port, std::chrono::seconds timeout) {
+  c10d::TCPStoreOptions o = StoreOptions();
+  o.port = port;
+  o.isServer = true;
+  o.waitWorkers = false;
+  o.timeout = timeout;
+  return c10::make_intrusive<c10d::TCPStore>("127.0.0.1", o);
 }
 
 }  // namespace cloudtune::plugin

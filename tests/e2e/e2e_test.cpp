@@ -93,9 +93,6 @@ TEST(E2E, PluginOnWritesSidecarAndProfile) {
   EXPECT_GT(rows[0].sync_time, 0);
 }
 
-// Unequal local batches (48 and 80, as a mixed cluster balances them): the workers train, the
-// gradients combined weighted by samples; the sidecar records the global batch (2 x 64) and an
-// unbiased noise scale from the unequal-batch estimator.
 // --workers serves the job's store itself from the start (no port is picked, closed and then
 // bound again); a MASTER_PORT that another process holds is named, and nothing is spawned.
 TEST(E2E, LauncherNamesABusyMasterPort) {
@@ -111,6 +108,9 @@ TEST(E2E, LauncherNamesABusyMasterPort) {
   EXPECT_EQ(CountLines(log, "train_fashion_mnist: 2 worker(s)"), 0) << log;
 }
 
+// Unequal local batches (48 and 80, as a mixed cluster balances them): the workers train, the
+// gradients combined weighted by samples; the sidecar records the global batch (2 x 64) and an
+// unbiased noise scale from the unequal-batch estimator.
 TEST(E2E, UnequalLocalBatchesTrainAndWriteASidecar) {
   auto dir = TempDir("unequal");
   std::string log;

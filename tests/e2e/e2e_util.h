@@ -48,34 +48,32 @@ inline int CountLines(const std::string& text, const std::string& needle) {
 // Gloo listener (tests run in parallel) before the job's store binds it. Falls back to the
 // kernel's choice when the range leaves no room below it.
 inline int FreePort(int* held_fd = nullptr) {
-  int low = 32768;  // Linux's default start of the ephemeral range
-  if (int v = 0; std::ifstream("/proc/sys/net/ipv4/ip_local_port_range") >> v && v > 0) low = v;
-  constexpr int kFirst = 10000;  // above the well-known and most registered service ports
-  std::mt19937 rng(std::random_device{}());
-  const int span = low - kFirst;
-  const int start = span > 0 ? static_cast<int>(rng() % static_cast<unsigned>(span)) : 0;
-  for (int i = 0; i <= std::max(span, 0); ++i) {
-    const bool kernel = span <= 0 || i == span;  // the last resort: the kernel's choice
+  // Binds 127.0.0.1:port (0: the kernel's choice); the port bound, or 0.
+  auto bind = [held_fd](int port) {
     const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    if (fd < 0) return 0;
     sockaddr_in a{};
     a.sin_family = AF_INET;
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    a.sin_port = htons(kernel ? 0 : kFirst + (start + i) % span);
+    a.sin_port = htons(static_cast<uint16_t>(port));
     socklen_t len = sizeof(a);
-    if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
-        ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
-      if (held_fd) {
-        ::listen(fd, 4);
-        *held_fd = fd;
-      } else {
-        ::close(fd);
-      }
-      return ntohs(a.sin_port);
+    const bool ok = fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
+                    ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0;
+    if (ok && held_fd) {
+      ::listen(fd, 4);
+      *held_fd = fd;
+    } else if (fd >= 0) {
+      ::close(fd);
     }
-    ::close(fd);
-  }
-  return 0;
+    return ok ? static_cast<int>(ntohs(a.sin_port)) : 0;
+  };
+  int low = 32768;  // Linux's default start of the ephemeral range
+  if (int v = 0; std::ifstream("/proc/sys/net/ipv4/ip_local_port_range") >> v && v > 0) low = v;
+  constexpr int kFirst = 10000;  // above the well-known and most registered service ports
+  const int span = std::max(low - kFirst, 0);
+  const int start = span > 0 ? static_cast<int>(std::random_device{}() % span) : 0;
+  for (int i = 0; i < span; ++i)
+    if (const int port = bind(kFirst + (start + i) % span)) return port;
+  return bind(0);
 }
 
 }  // namespace cloudtune::e2e

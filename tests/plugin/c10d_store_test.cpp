@@ -32,12 +32,7 @@ TEST(C10dStore, TheAgentsStoreKeepsEachAttemptApart) {
 
 // The plugin's client of an agent's store: a counter of the first attempt is not the second's.
 TEST(C10dStore, AClientOfTheAgentsStoreCountsPerAttempt) {
-  c10d::TCPStoreOptions so = cloudtune::plugin::StoreOptions();
-  so.port = 0;
-  so.isServer = true;
-  so.waitWorkers = false;
-  so.timeout = std::chrono::seconds(10);
-  auto agent = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", so);  // outlives the attempts
+  auto agent = cloudtune::plugin::ServeStore(0, std::chrono::seconds(10));  // outlives attempts
   const std::string port = std::to_string(agent->getPort());
   for (int attempt = 0; attempt < 2; ++attempt) {
     const LaunchEnv launch = Read({{"MASTER_ADDR", "127.0.0.1"},

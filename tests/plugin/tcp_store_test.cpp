@@ -24,12 +24,7 @@ TEST(TcpStore, AsksForTheBuiltInBackendWhereTheOptionExists) {
 }
 
 TEST(TcpStore, ServerAndClientOnTheseOptionsTalk) {
-  c10d::TCPStoreOptions so = cloudtune::plugin::StoreOptions();
-  so.port = 0;
-  so.isServer = true;
-  so.waitWorkers = false;
-  so.timeout = std::chrono::seconds(10);
-  auto server = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", so);
+  auto server = cloudtune::plugin::ServeStore(0, std::chrono::seconds(10));
   c10d::TCPStoreOptions co = cloudtune::plugin::StoreOptions();
   co.port = server->getPort();
   co.isServer = false;

@@ -18,6 +18,7 @@ import unittest
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "train_fashion_mnist.py"
+CPP_EXAMPLE = os.environ.get("CLOUDTUNE_EXAMPLE") or str(REPO / "build/bin/train_fashion_mnist")
 sys.path.insert(0, str(REPO / "examples"))
 from launcher import free_port  # noqa: E402,F401 (fault_test and online_test take it from here)
 
@@ -111,9 +112,8 @@ class TorchrunTest(unittest.TestCase):
         """The C++ example under torchrun (static rendezvous: the agent serves the store at
         MASTER_PORT and says so in TORCHELASTIC_USE_AGENT_STORE): rank 0 joins it as a client,
         trains, and the tuner writes its sidecar."""
-        program = os.environ.get("CLOUDTUNE_EXAMPLE") or str(REPO / "build/bin/train_fashion_mnist")
         with tempfile.TemporaryDirectory() as tmp:
-            r = torchrun(tmp, True, "--steps", "60", "--batch", "32", program=program)
+            r = torchrun(tmp, True, "--steps", "60", "--batch", "32", program=CPP_EXAMPLE)
             self.assertIn("train_fashion_mnist: 2 worker(s)", r.stdout + r.stderr)
             self.assertIn("test accuracy", r.stdout + r.stderr)
             recs = sidecar(tmp)
@@ -128,10 +128,9 @@ class TorchrunTest(unittest.TestCase):
         (1 s) passes long before the agent first looks at its workers (after 20 s) and restarts
         both. The second attempt agrees afresh: the tuner is on, and the sidecar has its start
         record (restart_count 1) and its end."""
-        program = os.environ.get("CLOUDTUNE_EXAMPLE") or str(REPO / "build/bin/train_fashion_mnist")
         with tempfile.TemporaryDirectory() as tmp:
             r = torchrun(tmp, True, "--steps", "40", "--batch", "32", "--fail-rank", "1",
-                         "--fail-step", "0", program=program,
+                         "--fail-step", "0", program=CPP_EXAMPLE,
                          agent_args=("--max_restarts", "1", "--monitor_interval", "20"),
                          extra_env={"CLOUDTUNE_AGREE_TIMEOUT_SECONDS": "1"}, timeout=180)
             out = r.stdout + r.stderr
