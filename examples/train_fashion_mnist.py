@@ -123,6 +123,11 @@ def main():
     ap.add_argument("--on-notice", choices=["stop", "checkpoint"], default="stop",
                     help="on a spot revocation notice: checkpoint and exit (stop), or checkpoint "
                     "once and go on until the launcher morphs the job (checkpoint)")
+    ap.add_argument("--fail-rank", type=int, default=-1,
+                    help="on the job's first attempt (TORCHELASTIC_RESTART_COUNT 0) this rank "
+                    "exits with status 3 at --fail-step: a worker failure for torchrun to restart")
+    ap.add_argument("--fail-step", type=int, default=0,
+                    help="optimizer steps done when --fail-rank exits (0: before the tuner starts)")
     a = ap.parse_args()
     try:
         nan_steps = {int(v) for v in a.nan_steps.split(",") if v.strip()}
@@ -137,6 +142,8 @@ def main():
         a.batch = plan["batch"]
     if a.batch < 1 or a.epochs <= 0 or a.lr <= 0 or a.log_every < 1 or a.check_every < 1:
         ap.error("--batch, --epochs, --lr, --log-every, --check-every must be positive")
+    if a.fail_step < 0:
+        ap.error(f"--fail-step must be 0 or more, not {a.fail_step}")
 
     torch.set_num_threads(a.threads)
     dist.init_process_group("gloo")  # torchrun sets RANK, WORLD_SIZE, MASTER_ADDR/PORT
@@ -174,6 +181,10 @@ def main():
     for group in optimizer.param_groups:
         group["lr"] = lr
 
+    # A worker failure for torchrun to restart (--fail-rank): on the first attempt only.
+    fails = rank == a.fail_rank and os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0"
+    if fails and a.fail_step == 0:
+        os._exit(3)
     tuner = cloudtune.attach(model, optimizer, local_bsz=a.batch)  # [cloudtune]
     log(f"train_fashion_mnist.py: {world} worker(s), local batch {a.batch}, lr {lr:g}, "
         f"{n} training samples, tuner {'on' if tuner.active else 'off'}")
@@ -210,6 +221,8 @@ def main():
         samples += global_batch
         step += 1
         run_steps += 1
+        if fails and step == a.fail_step:
+            os._exit(3)
         loss_sum += loss.item()
         window += 1
         if step % a.log_every == 0:

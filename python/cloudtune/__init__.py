@@ -208,14 +208,20 @@ class Tuner:
 
 
 def _all_ranks(ok, pg, world):
-    """True when `ok` holds on every rank of `pg` (one tiny all-reduce on the job's own group)."""
+    """True when `ok` holds on every rank of `pg` (one tiny all-reduce on the job's own group);
+    None, after one line on stderr, when the all-reduce fails (a rank has gone)."""
     if world < 2:
         return ok
     device = torch.device("cpu")
     if dist.get_backend(pg) == "nccl":
         device = torch.device("cuda", torch.cuda.current_device())
     flag = torch.tensor([1 if ok else 0], dtype=torch.int32, device=device)
-    dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=pg)
+    try:
+        dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=pg)
+    except RuntimeError as e:  # a rank is gone: the job's own next collective says so
+        print(f"cloudtune: rank {dist.get_rank(pg)}: the ranks could not agree to start the tuner "
+              f"({e}); tuner off", file=sys.stderr, flush=True)
+        return None
     return bool(flag.item())
 
 
@@ -242,7 +248,10 @@ def attach(model, optimizer, library=None, local_bsz=0, micro_steps=0):
     # Every rank must agree before any of them adds the noise-scale element to its all-reduce:
     # a rank without the library turns the tuner off everywhere (the plugin's own init then agrees
     # on its settings, sidecar and the rest through the job's store).
-    if not _all_ranks(ops is not None, pg, world):
+    agreed = _all_ranks(ops is not None, pg, world)
+    if agreed is None:
+        return Tuner(model, optimizer, None, local_bsz, micro_steps)
+    if not agreed:
         # Never stop the training job for the tuner: one line per rank, and train without it.
         why = f"{error}" if error else "the plugin library could not be loaded on another rank"
         print(f"cloudtune: rank {rank}: {why}; tuner off on every rank", file=sys.stderr,

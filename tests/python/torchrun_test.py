@@ -41,8 +41,8 @@ def torchrun(tmp, tuner, *args, timeout=120, extra_env=None, program=None, agent
     under the default static rendezvous, whose agent serves the job's store. `agent_args` go to
     torchrun (they override the ones given here)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("CLOUDTUNE")}
-    env["CLOUDTUNE_LIBRARY"] = os.environ.get("CLOUDTUNE_LIBRARY") or str(
-        REPO / "build/lib/libcloudtune_plugin.so")
+    env["CLOUDTUNE_LIBRARY"] = str(pathlib.Path(os.environ.get("CLOUDTUNE_LIBRARY") or
+                                                REPO / "build/lib/libcloudtune_plugin.so").resolve())
     env["OMP_NUM_THREADS"] = "1"
     # The job history's default place, per test: no warm start from another test's job.
     env["XDG_CACHE_HOME"] = str(tmp)
@@ -135,6 +135,40 @@ class TorchrunTest(unittest.TestCase):
                          extra_env={"CLOUDTUNE_AGREE_TIMEOUT_SECONDS": "1"}, timeout=180)
             out = r.stdout + r.stderr
             self.assertIn("rank(s) did not start the plugin", out)  # the first attempt: off
+            recs = sidecar(tmp)
+            starts = [rec for rec in recs if rec["kind"] == "start"]
+            self.assertEqual([s["restart_count"] for s in starts], [1], out)
+            self.assertEqual(recs[-1]["kind"], "end", out)
+            self.assertEqual(recs[-1]["steps"], 40, out)
+
+    def test_python_example_restarted_mid_run(self):
+        """The Python example under torchrun's agent store, restarted after rank 1 fails at step
+        10 of the first attempt: both attempts agree to switch the tuner on (each under its own
+        prefix of the agent's store), and the second runs to its end."""
+        with tempfile.TemporaryDirectory() as tmp:
+            r = torchrun(tmp, True, "--steps", "40", "--batch", "32", "--fail-rank", "1",
+                         "--fail-step", "10", "--sigterm", "exit",
+                         agent_args=("--max_restarts", "1", "--monitor_interval", "2"),
+                         timeout=180)
+            out = r.stdout + r.stderr
+            self.assertEqual(out.count("samples, tuner on"), 2, out)  # the start line of each attempt
+            recs = sidecar(tmp)
+            starts = [rec for rec in recs if rec["kind"] == "start"]
+            self.assertEqual([s["restart_count"] for s in starts], [0, 1], out)
+            self.assertEqual(recs[-1]["kind"], "end", out)
+            self.assertEqual(recs[-1]["steps"], 40, out)
+
+    def test_python_example_peer_gone_before_attach(self):
+        """Rank 1 exits before cloudtune.attach: rank 0's attach does not raise (one line, tuner
+        off); the job's own next all-reduce is what fails, and torchrun restarts both ranks."""
+        with tempfile.TemporaryDirectory() as tmp:
+            r = torchrun(tmp, True, "--steps", "40", "--batch", "32", "--fail-rank", "1",
+                         "--fail-step", "0", "--sigterm", "exit",
+                         agent_args=("--max_restarts", "1", "--monitor_interval", "2"),
+                         timeout=180)
+            out = r.stdout + r.stderr
+            self.assertIn("the ranks could not agree to start the tuner", out)
+            self.assertNotIn("in attach", out)  # no traceback through cloudtune.attach
             recs = sidecar(tmp)
             starts = [rec for rec in recs if rec["kind"] == "start"]
             self.assertEqual([s["restart_count"] for s in starts], [1], out)
