@@ -18,7 +18,8 @@ if [ $# -gt 0 ] && [ "$1" != "--" ]; then root=$1; shift; fi
 ctest_args=("$@")
 # Debian 13's python3-torch 2.6 is built without libuv yet asks for it by default: a job's
 # init_process_group works with USE_LIBUV=0 (set below), but torchrun's workers connect to its store
-# on libuv whatever the setting, so no torchrun job starts there; its six tests are left out.
+# on libuv whatever the setting, so no torchrun job starts there; the tests that start one are left
+# out.
 [ ${#ctest_args[@]} -eq 0 ] &&
   ctest_args=(-j2 --timeout 900 -E '^(python_torchrun_.*|python_elastic|python_online)$')
 [ "$(id -u)" -eq 0 ] || { echo "check-debian13: needs root (debootstrap, chroot, mount)" >&2; exit 2; }

@@ -160,11 +160,12 @@ class TorchrunTest(unittest.TestCase):
 
     def test_python_example_peer_gone_before_attach(self):
         """Rank 1 exits before cloudtune.attach: rank 0's attach does not raise (one line, tuner
-        off); the job's own next all-reduce is what fails, and torchrun restarts both ranks."""
+        off); the job's own next all-reduce is what fails, and torchrun restarts both ranks. The
+        agent first looks after 20 s, so it cannot stop rank 0 before its attach has answered."""
         with tempfile.TemporaryDirectory() as tmp:
             r = torchrun(tmp, True, "--steps", "40", "--batch", "32", "--fail-rank", "1",
                          "--fail-step", "0", "--sigterm", "exit",
-                         agent_args=("--max_restarts", "1", "--monitor_interval", "2"),
+                         agent_args=("--max_restarts", "1", "--monitor_interval", "20"),
                          timeout=180)
             out = r.stdout + r.stderr
             self.assertIn("the ranks could not agree to start the tuner", out)
