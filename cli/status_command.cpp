@@ -155,6 +155,11 @@ std::string Screen(const Endpoint& e, double timeout) {
   const auto num = [](const nlohmann::json& j, const char* key) {
     return j.is_object() && j.contains(key) && j[key].is_number() ? j[key].get<double>() : NAN;
   };
+  // Costs in the recommendation's unit: dollars, or GPU-hours on machines no catalog prices.
+  const bool gpu_hours = r.is_object() && r.value("cost_unit", "usd") == "gpu_hours";
+  const auto cost = [&](double x, const char* fmt) {
+    return gpu_hours ? Num(x, fmt) + " GPU-h" : "$" + Num(x, fmt);
+  };
   const double target = num(r, "target_progress");
   o << "step      " << Num(g("steps_total"), "%.0f") << "   progress "
     << Num(g("progress_base_steps"), "%.0f");
@@ -169,7 +174,7 @@ std::string Screen(const Endpoint& e, double timeout) {
               ", " + std::to_string(c.value("num_replicas", 0)) + " replicas, batch " +
               std::to_string(c.value("global_batch", 0));
   }
-  o << "now       " << current << ", $" << Num(g("cost_rate_usd_per_hour"), "%.3f") << "/h\n";
+  o << "now       " << current << ", " << cost(g("cost_rate_usd_per_hour"), "%.3f") << "/h\n";
   o << "step time " << Num(1e3 * g("step_time_seconds"), "%.1f") << " ms = compute "
     << Num(1e3 * g("compute_time_seconds"), "%.1f") << " ms + exposed communication "
     << Num(1e3 * g("sync_time_seconds"), "%.1f") << " ms\n";
@@ -182,18 +187,18 @@ std::string Screen(const Endpoint& e, double timeout) {
     const nlohmann::json cur = r.contains("current") ? r["current"] : nlohmann::json();
     o << "advice    " << r.value("action", "?") << ": " << pr.value("description", "?") << "\n";
     if (r.contains("rate")) {  // no target: the rate objective
-      o << "          $" << Num(num(pr, "usd_per_progress"), "%.3g") << " per B0-step, "
+      o << "          " << cost(num(pr, "usd_per_progress"), "%.3g") << " per B0-step, "
         << Num(num(pr, "progress_per_hour"), "%.3g") << " B0-steps/h";
       if (cur.is_object())
-        o << " (staying: $" << Num(num(cur, "usd_per_progress"), "%.3g") << ", "
+        o << " (staying: " << cost(num(cur, "usd_per_progress"), "%.3g") << ", "
           << Num(num(cur, "progress_per_hour"), "%.3g") << "/h)";
       o << "; no target set";
     } else {
-      o << "          " << Num(num(pr, "hours"), "%.3g") << " h, $"
-        << Num(num(pr, "cost_usd"), "%.3g") << " to finish";
+      o << "          " << Num(num(pr, "hours"), "%.3g") << " h, "
+        << cost(num(pr, "cost_usd"), "%.3g") << " to finish";
       if (cur.is_object())
-        o << " (staying: " << Num(num(cur, "hours"), "%.3g") << " h, $"
-          << Num(num(cur, "cost_usd"), "%.3g") << ")";
+        o << " (staying: " << Num(num(cur, "hours"), "%.3g") << " h, "
+          << cost(num(cur, "cost_usd"), "%.3g") << ")";
     }
     o << "\nreason    " << r.value("reason", "") << "\n";
   } else {

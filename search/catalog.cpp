@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <iomanip>
 #include <set>
 #include <sstream>
 
@@ -98,6 +99,16 @@ bool CatalogOptions::IsValid(std::string* error) const {
   if (!(open_band_midpoint > 0.2 && open_band_midpoint < 1))
     return fail("open_band_midpoint must be in (0.2, 1)");
   return true;
+}
+
+const char* CostUnitName(CostUnit u) { return u == CostUnit::kGpuHours ? "gpu_hours" : "usd"; }
+
+std::string FormatCost(double x, CostUnit u) {
+  std::ostringstream s;
+  if (u == CostUnit::kUsd) s << "$";
+  s << std::fixed << std::setprecision(x < 10 ? 3 : 2) << x;
+  if (u == CostUnit::kGpuHours) s << " GPU-h";
+  return s.str();
 }
 
 int Catalog::Find(const std::string& name) const {

@@ -60,11 +60,21 @@ struct InstanceType {
   bool has_spot() const { return spot_per_hour >= 0; }
 };
 
+// What a catalog's prices count. kUsd: US dollars (per instance-hour). kGpuHours: the job's own
+// machines, which no catalog prices, at 1 per GPU-hour, so that every cost reads as GPU-hours
+// (the plugin's "local" instance type).
+enum class CostUnit { kUsd, kGpuHours };
+const char* CostUnitName(CostUnit u);  // "usd", "gpu_hours" (the recommendation's "cost_unit")
+// A cost as reasons, log lines and tables print it: "$1.234" ("$12.34" from 10), or "1.234 GPU-h"
+// ("12.34 GPU-h").
+std::string FormatCost(double x, CostUnit u);
+
 class Catalog {
  public:
   std::vector<InstanceType> types;
   std::map<std::string, GpuSpec> gpus;  // by model name
   std::string source;                   // where it came from (embedded snapshot or file paths)
+  CostUnit cost_unit = CostUnit::kUsd;  // what ondemand_per_hour and spot_per_hour count
 
   // Index of the type named `name`, or -1.
   int Find(const std::string& name) const;

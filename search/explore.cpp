@@ -176,10 +176,10 @@ void Explore(const SearchProblem& p, const RecommendOptions& options, const Sear
       r->measurement_cost = x.cost;
       std::ostringstream m;
       m << "explore: measuring " << x.pick->config.ToString() << " (predicted "
-        << Value(goal, x.pick->Objective(goal)) << ", step time ±" << std::fixed
+        << Value(goal, x.pick->Objective(goal), r->cost_unit) << ", step time ±" << std::fixed
         << std::setprecision(0) << 100 * x.sigma << "%) has expected improvement "
-        << Value(goal, x.gain) << " > measurement cost " << Value(goal, x.cost)
-        << "; otherwise: " << why->str();
+        << Value(goal, x.gain, r->cost_unit) << " > measurement cost "
+        << Value(goal, x.cost, r->cost_unit) << "; otherwise: " << why->str();
       why->str(m.str());
       *chosen = *x.pick;
     }

@@ -8,8 +8,8 @@
 
 namespace cloudtune::search {
 
-std::string Money(double usd);        // "$1.234" below $10, "$12.34" from there
-std::string Hours(double hours);      // "1.234 h" below 10 h, "12.34 h" from there
-std::string Value(Goal g, double x);  // Money for the cost goal, Hours for the time goal
+std::string Hours(double hours);  // "1.234 h" below 10 h, "12.34 h" from there
+// FormatCost (in the catalog's unit) for the cost goal, Hours for the time goal.
+std::string Value(Goal g, double x, CostUnit unit);
 
 }  // namespace cloudtune::search

@@ -249,6 +249,8 @@ Recommendation Decide(const SearchProblem& problem, const RecommendOptions& opti
   r.goal = goal;
   r.evaluated = sr.evaluated;
   r.catalog_source = problem.catalog->source;
+  r.cost_unit = problem.catalog->cost_unit;
+  const CostUnit unit = r.cost_unit;
   r.best = sr.top[0];
   Evaluation chosen = r.best;
   std::ostringstream why;
@@ -298,45 +300,45 @@ Recommendation Decide(const SearchProblem& problem, const RecommendOptions& opti
     }
   } else if (!r.has_current) {
     r.action = Recommendation::Action::kSwitch;
-    why << GoalName(goal) << ": best predicted " << Value(goal, best_v) << constraint_note();
+    why << GoalName(goal) << ": best predicted " << Value(goal, best_v, unit) << constraint_note();
   } else if (r.best.config == r.current.config) {
     r.action = Recommendation::Action::kKeep;
     chosen = r.current;
     why << GoalName(goal) << ": the current configuration is the best predicted ("
-        << Value(goal, best_v) << ")" << constraint_note();
+        << Value(goal, best_v, unit) << ")" << constraint_note();
   } else if (const auto fallback =
                  r.current.feasible ? std::nullopt : BudgetFallback(p, options, sr, r.current)) {
     r.action = Recommendation::Action::kKeep;
     chosen = r.current;
     why << "budget: the current configuration's own estimate overruns it, but after " << std::fixed
         << std::setprecision(0) << options.decide_again_s << " s more, until the next decision, "
-        << fallback->config.ToString() << " still meets it (" << Value(Goal::kCost, fallback->cost)
-        << " from now); kept";
+        << fallback->config.ToString() << " still meets it ("
+        << Value(Goal::kCost, fallback->cost, unit) << " from now); kept";
   } else if (!r.current.feasible) {
     r.action = Recommendation::Action::kSwitch;
     why << "constraint: the current configuration misses the "
         << (problem.objective.DeadlineMiss(r.current.hours, r.current.log_sigma) > 1 ? "deadline"
                                                                                      : "budget")
-        << "; the best feasible one costs " << Value(goal, best_v);
+        << "; the best feasible one costs " << Value(goal, best_v, unit);
   } else {
     const double cur_v = r.current.Objective(goal);
     const double gain = cur_v - best_v;
     if (gain <= options.hysteresis * cur_v) {
       r.action = Recommendation::Action::kKeep;
       chosen = r.current;
-      why << "hysteresis: the best alternative saves " << Value(goal, std::max(0.0, gain)) << " ("
-          << std::fixed << std::setprecision(1) << 100 * std::max(0.0, gain) / cur_v
+      why << "hysteresis: the best alternative saves " << Value(goal, std::max(0.0, gain), unit)
+          << " (" << std::fixed << std::setprecision(1) << 100 * std::max(0.0, gain) / cur_v
           << "%, switching cost included), below the " << 100 * options.hysteresis << "% threshold";
     } else {
       r.action = Recommendation::Action::kSwitch;
-      why << GoalName(goal) << ": switching saves " << Value(goal, gain) << " (" << std::fixed
+      why << GoalName(goal) << ": switching saves " << Value(goal, gain, unit) << " (" << std::fixed
           << std::setprecision(1) << 100 * gain / cur_v << "%) including the switch ("
           << r.best.switch_s << " s)" << constraint_note();
     }
   }
   if (sr.has_plan && chosen.config == sr.top[0].config)
     why << "; toward " << sr.plan.config.ToString() << " (predicted "
-        << Value(goal, sr.plan.Objective(goal))
+        << Value(goal, sr.plan.Objective(goal), unit)
         << "): its batch is beyond what the job has observed, so the batch grows there as the job "
            "measures it, and no batch within that bound meets the "
         << (problem.objective.deadline_h > 0 ? "deadline" : "budget") << " on its own";
@@ -353,8 +355,8 @@ Recommendation Decide(const SearchProblem& problem, const RecommendOptions& opti
           << std::fixed << std::setprecision(0) << options.decide_again_s << " s); after it "
           << b->fallback.config.ToString()
           << " still meets the deadline even if that time makes no progress (expected "
-          << Value(Goal::kCost, b->cost) << " against " << Value(Goal::kCost, chosen.cost)
-          << " for " << chosen.config.ToString() << ")";
+          << Value(Goal::kCost, b->cost, unit) << " against "
+          << Value(Goal::kCost, chosen.cost, unit) << " for " << chosen.config.ToString() << ")";
       chosen = b->run;
       r.bridge_cost = b->cost;
     }

@@ -126,6 +126,9 @@ struct Recommendation {
   double bridge_cost = 0;
   Goal goal = Goal::kCost;
   std::string catalog_source;
+  // What every cost figure counts: the catalog's unit (JSON "cost_unit": "usd", or "gpu_hours" on
+  // machines no catalog prices; the "cost_usd" fields then hold GPU-hours).
+  CostUnit cost_unit = CostUnit::kUsd;
   // The throughput model fitted per measured instance type (ThroughputModel::ToJson), as the
   // search used it.
   std::map<std::string, nlohmann::json> throughput_models;

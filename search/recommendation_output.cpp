@@ -9,19 +9,15 @@
 
 namespace cloudtune::search {
 
-std::string Money(double x) {
-  std::ostringstream s;
-  s << "$" << std::fixed << std::setprecision(x < 10 ? 3 : 2) << x;
-  return s.str();
-}
-
 std::string Hours(double x) {
   std::ostringstream s;
   s << std::fixed << std::setprecision(x < 10 ? 3 : 2) << x << " h";
   return s.str();
 }
 
-std::string Value(Goal g, double x) { return g == Goal::kCost ? Money(x) : Hours(x); }
+std::string Value(Goal g, double x, CostUnit unit) {
+  return g == Goal::kCost ? FormatCost(x, unit) : Hours(x);
+}
 
 namespace {
 
@@ -88,6 +84,7 @@ nlohmann::json Recommendation::ToJson() const {
   for (const auto& a : alternatives) j["alternatives"].push_back(EvalJson(a));
   j["candidates_evaluated"] = evaluated;
   j["catalog"] = catalog_source;
+  j["cost_unit"] = CostUnitName(cost_unit);
   if (mixed) {
     nlohmann::json m = {{"proposed", mixed->proposed},
                         {"reason", mixed->reason},
@@ -139,9 +136,10 @@ std::string Recommendation::ToTable() const {
     << "\n";
   auto row = [&](const std::string& label, const Evaluation& e) {
     s << std::left << std::setw(10) << label << std::setw(w) << e.config.ToString() << std::right
-      << std::setw(14) << Hours(e.hours) << std::setw(14) << Money(e.cost) << std::setw(8)
-      << std::fixed << std::setprecision(1) << 100 * e.log_sigma << "%" << std::setw(12)
-      << std::setprecision(2) << e.goodput << (e.feasible ? "" : "  (misses a constraint)") << "\n";
+      << std::setw(14) << Hours(e.hours) << std::setw(14) << FormatCost(e.cost, cost_unit)
+      << std::setw(8) << std::fixed << std::setprecision(1) << 100 * e.log_sigma << "%"
+      << std::setw(12) << std::setprecision(2) << e.goodput
+      << (e.feasible ? "" : "  (misses a constraint)") << "\n";
   };
   if (has_current) row("current", current);
   row("proposed", proposed);

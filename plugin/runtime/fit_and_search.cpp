@@ -57,12 +57,13 @@ void PriceStraggler(const search::Recommendation& r, const search::RecommendOpti
                        {"keep", {{"hours", keep_h}, {"cost_usd", keep_usd}}},
                        {"replace", {{"hours", replace_h}, {"cost_usd", replace_usd}}},
                        {"advice", replace ? "replace the slow worker" : "keep"}};
-  (*j)["reason"] = r.reason + "; a straggler slows the current configuration by " +
-                   Fixed((slowdown - 1) * 100, 0) + "%: keeping it costs " +
-                   (cost_goal ? "$" + Fixed(keep_usd, 2) : Fixed(keep_h, 2) + " h") +
-                   ", replacing the slow worker " +
-                   (cost_goal ? "$" + Fixed(replace_usd, 2) : Fixed(replace_h, 2) + " h") +
-                   (replace ? " (advised)" : " (not worth a restart)");
+  (*j)["reason"] =
+      r.reason + "; a straggler slows the current configuration by " +
+      Fixed((slowdown - 1) * 100, 0) + "%: keeping it costs " +
+      (cost_goal ? search::FormatCost(keep_usd, r.cost_unit) : Fixed(keep_h, 2) + " h") +
+      ", replacing the slow worker " +
+      (cost_goal ? search::FormatCost(replace_usd, r.cost_unit) : Fixed(replace_h, 2) + " h") +
+      (replace ? " (advised)" : " (not worth a restart)");
 }
 
 // The progress (B0-steps) the current configuration makes in `hours`: its measured step time (the
@@ -106,9 +107,11 @@ void AddRates(double horizon, double hours, nlohmann::json* j) {
 std::string LogLine(const search::Recommendation& r, const std::string& reason) {
   const char* action = search::ActionName(r.action);
   std::string line = std::string("cloudtune: ") + action + " " + r.proposed.config.ToString() +
-                     ": " + Fixed(r.proposed.hours, 2) + " h, $" + Fixed(r.proposed.cost, 2);
+                     ": " + Fixed(r.proposed.hours, 2) + " h, " +
+                     search::FormatCost(r.proposed.cost, r.cost_unit);
   if (r.has_current && r.action != search::Recommendation::Action::kKeep)
-    line += " (now " + Fixed(r.current.hours, 2) + " h, $" + Fixed(r.current.cost, 2) + ")";
+    line += " (now " + Fixed(r.current.hours, 2) + " h, " +
+            search::FormatCost(r.current.cost, r.cost_unit) + ")";
   return line + " - " + reason;
 }
 

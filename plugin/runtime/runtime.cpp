@@ -163,6 +163,7 @@ void Runtime::UsePseudoType() {
   t.ondemand_per_hour = t.gpus;
   t.network_gbps = search::CatalogOptions{}.default_network_gbps;
   catalog_.types.push_back(t);
+  catalog_.cost_unit = search::CostUnit::kGpuHours;  // the search stays on this type (below)
   search_.recommend.space.types = {type};
   search_.recommend.space.allow_spot = search_.recommend.space.allow_anchor = false;
   pseudo_type_ = true;

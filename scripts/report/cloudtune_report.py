@@ -62,6 +62,13 @@ def table(head, rows):
     return "".join(out) + "</table>"
 
 
+def money(v, rec, hi=False):
+    """A cost (or the range v-hi) in the recommendation's unit: dollars, or GPU-hours on machines
+    no catalog prices."""
+    text = fmt(v) if hi is False else "%s-%s" % (fmt(v), fmt(hi))
+    return text + " GPU-h" if (rec or {}).get("cost_unit") == "gpu_hours" else "$" + text
+
+
 def config_text(c):
     if not c:
         return "?"
@@ -90,20 +97,22 @@ def summary(d, recs):
         action = last.get("action", "?")
         rows.append(("what to do next", "%s: %s" % (action, p.get("description", "?"))))
         rows.append(("why", last.get("reason", "")))
-        rows.append(("predicted to finish (recommended)", "%s h, $%s (range %s-%s h, $%s-%s)" % (
-            fmt(p.get("hours")), fmt(p.get("cost_usd")),
+        rows.append(("predicted to finish (recommended)", "%s h, %s (range %s-%s h, %s)" % (
+            fmt(p.get("hours")), money(p.get("cost_usd"), last),
             fmt((p.get("hours_range") or [None])[0]), fmt((p.get("hours_range") or [None, None])[1]),
-            fmt((p.get("cost_range") or [None])[0]), fmt((p.get("cost_range") or [None, None])[1]))))
-        rows.append(("staying put", "%s h, $%s" % (fmt(c.get("hours")), fmt(c.get("cost_usd")))))
+            money((p.get("cost_range") or [None])[0], last,
+                   (p.get("cost_range") or [None, None])[1]))))
+        rows.append(("staying put", "%s h, %s" % (fmt(c.get("hours")),
+                                                  money(c.get("cost_usd"), last))))
         if c.get("cost_usd") and p.get("cost_usd") is not None and c.get("hours"):
             save_usd = c["cost_usd"] - p["cost_usd"]
             save_h = c["hours"] - p["hours"]
-            rows.append(("saving against staying put", "$%s (%s%%), %s h" % (
-                fmt(save_usd), fmt(100 * save_usd / c["cost_usd"], ".1f"), fmt(save_h))))
+            rows.append(("saving against staying put", "%s (%s%%), %s h" % (
+                money(save_usd, last), fmt(100 * save_usd / c["cost_usd"], ".1f"), fmt(save_h))))
         lines.append("next: %s -> %s" % (action, p.get("description", "?")))
-        lines.append("finish: %s h, $%s recommended vs %s h, $%s staying put" % (
-            fmt(p.get("hours")), fmt(p.get("cost_usd")), fmt(c.get("hours")),
-            fmt(c.get("cost_usd"))))
+        lines.append("finish: %s h, %s recommended vs %s h, %s staying put" % (
+            fmt(p.get("hours")), money(p.get("cost_usd"), last), fmt(c.get("hours")),
+            money(c.get("cost_usd"), last)))
         lines.append("why: %s" % last.get("reason", ""))
     else:
         rows.append(("what to do next", "no recommendation yet"))
@@ -227,7 +236,8 @@ def plot_pareto(d, last):
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("predicted hours to finish")
-    ax.set_ylabel("predicted cost to finish (USD)")
+    ax.set_ylabel("predicted cost to finish (%s)" % (
+        "GPU-hours" if (doc or {}).get("cost_unit") == "gpu_hours" else "USD"))
     ax.set_title("Predicted cost vs time at step %s (bars: uncertainty range)" % doc.get("step", "?"))
     ax.legend(fontsize=8, loc="upper right")
     return svg(fig)
@@ -285,8 +295,8 @@ def sidecar_html(d):
                  m["config"].get("local_bsz") == pc.get("local_bsz")]
         rows.append((r["step"], r.get("trigger", ""), r.get("action", ""),
                      r.get("proposed", {}).get("description", ""),
-                     "%s h, $%s" % (fmt(r.get("proposed", {}).get("hours")),
-                                    fmt(r.get("proposed", {}).get("cost_usd"))),
+                     "%s h, %s" % (fmt(r.get("proposed", {}).get("hours")),
+                                   money(r.get("proposed", {}).get("cost_usd"), r)),
                      "ran from step %d" % after[0] if after else "not applied"))
     parts.append(table(["step", "trigger", "action", "proposed", "predicted", "applied"], rows)
                  if rows else "<p>No recommendation recorded.</p>")

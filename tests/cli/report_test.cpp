@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -56,6 +57,28 @@ TEST(Report, RecordedSidecarHasEachPlot) {
   // Five human lines after the file name.
   EXPECT_EQ(r.out.rfind("report: " + html + "\nnext: switch -> ", 0), 0u) << r.out;
   EXPECT_EQ(Count(r.out, "\n"), 6u) << r.out;
+}
+
+// A job on machines no catalog prices: its recommendations count costs in GPU-hours
+// ("cost_unit"), and the report's figures say GPU-h, not $.
+TEST(Report, CostsInGpuHoursWhereTheMachinesHaveNoPrice) {
+  std::ifstream in(kSidecar);
+  std::string text;
+  for (std::string line; std::getline(in, line);) {
+    nlohmann::json rec = nlohmann::json::parse(line);
+    if (rec.value("kind", "") == "recommendation") rec["cost_unit"] = "gpu_hours";
+    text += rec.dump() + "\n";
+  }
+  const std::string path = Write("local.jsonl", text), html = TmpDir() + "/local.html";
+  REPORT_OR_SKIP(r, path + " -o " + html);
+  ASSERT_EQ(r.status, 0) << r.err;
+  const size_t finish = r.out.find("\nfinish: ");
+  ASSERT_NE(finish, std::string::npos) << r.out;
+  const std::string line = r.out.substr(finish + 1, r.out.find('\n', finish + 1) - finish - 1);
+  EXPECT_EQ(Count(line, " GPU-h"), 2u) << line;
+  EXPECT_EQ(line.find('$'), std::string::npos) << line;
+  const std::string page = Slurp(html);
+  EXPECT_NE(page.find(" GPU-h ("), std::string::npos);  // the saving against staying put
 }
 
 TEST(Report, TruncatedSidecarReportsWhatItHasAndWhatIsMissing) {

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "cli/cli_runner.h"
@@ -52,6 +53,26 @@ TEST(Status, SummarizesALiveJob) {
         "health    straggler factor 1.00, preemption notice no"})
     EXPECT_NE(r.out.find(s), std::string::npos) << s << "\n" << r.out;
   EXPECT_LE(std::count(r.out.begin(), r.out.end(), '\n'), 24) << "more than one screen";
+}
+
+// A job on machines no catalog prices: the recommendation counts its costs in GPU-hours, and the
+// screen says so instead of printing them as dollars.
+TEST(Status, CostsInGpuHoursWhereTheMachinesHaveNoPrice) {
+  HttpProviders p = Recorded(true);
+  nlohmann::json rec = nlohmann::json::parse(Slurp(kData + "status_recommendation.json"));
+  rec["cost_unit"] = "gpu_hours";
+  p.recommendation = [text = rec.dump()] { return text; };
+  HttpServer server(HttpOptions{}, p);
+  std::string err;
+  ASSERT_TRUE(server.Start(&err)) << err;
+  const auto r = RunCli("status " + Url(server));
+  ASSERT_EQ(r.status, 0) << r.err;
+  for (const char* s : {"batch 138, 3.912 GPU-h/h",
+                        "0.245 h, 0.0154 GPU-h to finish (staying: 0.154 h, 0.604 GPU-h)"})
+    EXPECT_NE(r.out.find(s), std::string::npos) << s << "\n" << r.out;
+  // The recorded reason text is a priced job's; everything above it is the screen's own.
+  const std::string figures = r.out.substr(0, r.out.find("\nreason"));
+  EXPECT_EQ(figures.find('$'), std::string::npos) << r.out;
 }
 
 TEST(Status, WatchRefreshes) {

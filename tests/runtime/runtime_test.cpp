@@ -156,7 +156,8 @@ TEST(SpentSoFar, DeadlineAndBudgetHoldForTheWholeRun) {
 }
 
 // A job on machines the catalog does not know ("local"): costs in GPU-hours, advice about batch
-// and workers on those machines.
+// and workers on those machines. Every cost it prints says so: no dollar sign in the reason or
+// the log line, and the record's "cost_unit" is "gpu_hours".
 TEST(Runtime, UnknownMachinesStillGetBatchAndWorkerAdvice) {
   RuntimeSetup rs;
   rs.world_size = 2;
@@ -177,6 +178,11 @@ TEST(Runtime, UnknownMachinesStillGetBatchAndWorkerAdvice) {
   EXPECT_EQ(r.decision.proposed.config.type, "local");
   EXPECT_TRUE(r.recommendation.contains("prices"));
   EXPECT_EQ(r.recommendation["target"], "none");
+  EXPECT_EQ(r.recommendation["cost_unit"], "gpu_hours");
+  const std::string reason = r.recommendation["reason"].get<std::string>();
+  EXPECT_EQ(reason.find('$'), std::string::npos) << reason;
+  EXPECT_EQ(r.log_line.find('$'), std::string::npos) << r.log_line;
+  EXPECT_NE(r.log_line.find(" GPU-h"), std::string::npos) << r.log_line;
 }
 
 TEST(Runtime, StartLineSaysWhatIsKnownAndWhatUnlocksMore) {
@@ -224,6 +230,7 @@ TEST(Runtime, LiveFirstRecommendationAndSpending) {
   ASSERT_GE(i, 0);
   EXPECT_NEAR(snap->cost_usd, 0.5 * 2 * rt.catalog().types[i].ondemand_per_hour, 1e-6);
   EXPECT_EQ((*rt.Latest())["target"], "none");
+  EXPECT_EQ((*rt.Latest())["cost_unit"], "usd");  // a catalog type: priced in dollars
   rt.Stop();
 }
 
