@@ -318,18 +318,19 @@ StepsPrediction EfficiencyModel::StepsToProgress(double batch, double from_progr
   double extrap = 0;
   if (p.steps > 0 && p.steps_no_extrapolation > 0)
     extrap = extrapolation_sigma_ * std::abs(std::log(p.steps / p.steps_no_extrapolation));
-  // Noise of the fitted curves: the residual scatter averaged over the knots the path crosses,
-  // damped by how little the gain depends on the noise ratio at this batch.
+  // The steps' sensitivity to the noise ratio r at this batch, |d log steps / d log r| =
+  // |r/(r+1) - (r/s)/(r/s+1)| (gain = (r+1)/(r/s+1)), through which every error of log r below
+  // reaches the steps (the delta method).
   const double s = batch / base_batch_;
-  const double sens = s > 1 ? 1.0 - 1.0 / std::sqrt(s) : 0.0;
-  const double noise =
-      residual_rms_ * sens / std::sqrt(std::max<double>(1.0, static_cast<double>(knots_.size())));
-  // Beyond the largest observed batch: an unmodelled growth of r with the batch, and the sampling
-  // noise of a measured noise state, both through the steps' sensitivity to r at this batch,
-  // |d log steps / d log r| = |r/(r+1) - (r/s)/(r/s+1)| (gain = (r+1)/(r/s+1)).
   const double r = NoiseRatioAt(batch, 0.5 * (from_progress + to_progress));
   const double sens_r =
       std::isfinite(r) && r > 0 ? std::abs(r / (r + 1) - (r / s) / (r / s + 1)) : 0;
+  // Noise of the fitted curves: the residual scatter of log r averaged over the knots the path
+  // crosses.
+  const double noise = residual_rms_ * sens_r /
+                       std::sqrt(std::max<double>(1.0, static_cast<double>(knots_.size())));
+  // Beyond the largest observed batch: an unmodelled growth of r with the batch, and the sampling
+  // noise of a measured noise state.
   const double reach = max_batch_ > 0 && batch > max_batch_ ? std::log(batch / max_batch_) : 0;
   const double growth = growth_sigma_ * reach * sens_r;
   const double sampling = noise_log_sigma_ * sens_r;

@@ -318,6 +318,26 @@ TEST(EfficiencyFit, UncertaintyGrowsWithTheBatchRatioAndCoversADriftingTruth) {
   EXPECT_LT(m.StepsToProgress(128, 10, 1000).log_sigma, m.StepsToProgress(256, 10, 1000).log_sigma);
 }
 
+// The scatter of the measured noise ratio around the fitted curves reaches the steps through their
+// sensitivity to that ratio (the delta method): a job whose noise dwarfs every batch (efficiency
+// ~1) gets the floor however noisy its records, one whose batch nears its noise scale gets more.
+TEST(EfficiencyFit, TheRecordsScatterCountsAsMuchAsTheStepsDependOnTheNoise) {
+  const std::vector<NoiseObservation> obs = Synthetic({64, 256, 1024}, 1.0, 2.0);
+  std::vector<NoiseObservation> huge = obs;  // the same scatter, 1e5 times the noise
+  for (auto& o : huge) o.grad_var *= 1e5;
+  const EfficiencyFitOptions opt;
+  const EfficiencyModel m = FitEfficiency(obs, opt), h = FitEfficiency(huge, opt);
+  ASSERT_GT(m.residual_rms(), 0.1);
+  ASSERT_NEAR(h.residual_rms(), m.residual_rms(), 0.05);
+  // Within the observed batches (no growth term): what the scatter adds above the floor.
+  const auto above_floor = [&](const EfficiencyModel& x) {
+    const double v = x.StepsToProgress(1024, 10, 1000).log_sigma;
+    return std::sqrt(std::max(0.0, v * v - opt.min_log_sigma * opt.min_log_sigma));
+  };
+  EXPECT_GT(above_floor(m), 0.005);
+  EXPECT_LT(above_floor(h), 0.001);  // was as much as m's, through a sensitivity of 1 - 1/sqrt(s)
+}
+
 // The noise state's own sampling error enters the plain theory's predictions.
 TEST(Efficiency, FromNoiseCarriesTheNoiseStatesSamplingError) {
   NoiseState s;
