@@ -327,8 +327,8 @@ StepsPrediction EfficiencyModel::StepsToProgress(double batch, double from_progr
       std::isfinite(r) && r > 0 ? std::abs(r / (r + 1) - (r / s) / (r / s + 1)) : 0;
   // Noise of the fitted curves: the residual scatter of log r averaged over the knots the path
   // crosses.
-  const double noise = residual_rms_ * sens_r /
-                       std::sqrt(std::max<double>(1.0, static_cast<double>(knots_.size())));
+  const double noise =
+      residual_rms_ * sens_r / std::sqrt(std::max<double>(1.0, static_cast<double>(knots_.size())));
   // Beyond the largest observed batch: an unmodelled growth of r with the batch, and the sampling
   // noise of a measured noise state.
   const double reach = max_batch_ > 0 && batch > max_batch_ ? std::log(batch / max_batch_) : 0;

@@ -99,6 +99,8 @@ struct ThroughputFitOptions {
   // Prior standard deviation of the per-(num_nodes, num_replicas) log multiplier of the compute
   // time (data loading, PCIe and CPU contention particular to a placement; shows at large
   // batches, where the all-reduce is hidden). Must be > 0.
+  // All five are the fit's priors; a prediction for a value the fit has not seen uses each kind's
+  // spread as the fit found it, these shrunk towards the prior (ThroughputModel's *_effect_sigma).
   double compute_effect_sigma = 0.05;
   // Prior standard deviation of the per-batch-size log multiplier of the all-reduce time (how much
   // of it the backward pass of that batch size hides, gradient bucketing). Must be > 0.
@@ -221,9 +223,11 @@ class ThroughputModel {
   std::vector<int> block_offset_;  // theta index of each compute placement's block
   double b_ref_ = 1;
   double noise_sigma_ = 0.05;
-  double node_effect_sigma_ = 0.2;  // prior std of an unseen node count's effect
+  // Std of an unseen value's effect, per kind: the fit's options, then updated by the spread of
+  // the kind's fitted effects (one EM step, shrunk towards the option; throughput_fit.cpp).
+  double node_effect_sigma_ = 0.2;
   double placement_effect_sigma_ = 0.1;
-  double batch_effect_sigma_ = 0.1;  // prior std of an unseen batch size's effect
+  double batch_effect_sigma_ = 0.1;
   double compute_effect_sigma_ = 0.05;
   double sync_batch_effect_sigma_ = 0.1;
   double growth_sigma_ = 0.29;

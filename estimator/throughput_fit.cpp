@@ -665,6 +665,30 @@ void ThroughputModel::Fitter::Posterior(detail::Information* info) {
   m_.noise_sigma_ = std::max(
       0.005,
       std::sqrt((ss_ + kPriorDof * options_.obs_sigma * options_.obs_sigma) / (ndof + kPriorDof)));
+  // The spread of each kind of effect the fit found stands for the values it has not seen (what a
+  // prediction adds for an unseen node count, batch size or placement): one EM step for a random
+  // effect's variance, the mean of E[theta^2 | data] = theta^2 + Var(theta | data) over the kind's
+  // effects, shrunk towards the prior's variance by kPriorDof pseudo-effects.
+  std::vector<double> sum(5, 0.0), count(5, 0.0);
+  auto add = [&](int kind, int index) {
+    const int e = index - kC;
+    sum[kind] += theta_[index] * theta_[index] + s2 * post_eff[e];
+    count[kind] += 1;
+  };
+  for (int k = 0; k < n_node_; ++k) add(0, kC + k);
+  for (int k = 0; k < n_batch_; ++k) add(1, kC + n_node_ + 2 * k), add(2, kC + n_node_ + 2 * k + 1);
+  for (size_t k = 0; k < m_.compute_placements_.size(); ++k) {
+    add(3, m_.block_offset_[k]);
+    const auto [nn, rr] = m_.compute_placements_[k];
+    if (nn >= 2 && rr >= 2) add(4, m_.block_offset_[k] + 1);
+  }
+  double* sigmas[5] = {&m_.node_effect_sigma_, &m_.batch_effect_sigma_,
+                       &m_.sync_batch_effect_sigma_, &m_.compute_effect_sigma_,
+                       &m_.placement_effect_sigma_};
+  for (int kind = 0; kind < 5; ++kind) {
+    const double prior = *sigmas[kind];
+    *sigmas[kind] = std::sqrt((sum[kind] + kPriorDof * prior * prior) / (count[kind] + kPriorDof));
+  }
 }
 
 // Sets the identified flags; returns the number of parameters the data identified.

@@ -248,6 +248,32 @@ TEST(ThroughputFit, UncertaintyCoversHeldOutConfigurations) {
   EXPECT_GE(f3, 0.9);
 }
 
+// What a prediction adds for a placement the fit has not seen is the spread of the placement
+// effects it found (one EM step from the prior, shrunk towards it): all-reduce times that scatter
+// by placement (+-0.4 in log) widen it above the prior's 0.1, a smooth truth narrows it. (One
+// step from a prior that tight still falls short of 0.4: the fit shrank the effects towards it.)
+TEST(ThroughputFit, AnUnseenValueCarriesTheSpreadTheFitFoundForItsKind) {
+  const Truth t;
+  const auto smooth = MeasureAll(t, Grid(), 21, 0.01);
+  auto scattered = smooth;
+  for (auto& d : scattered) {
+    if (d.key.num_nodes < 2 || d.key.num_replicas < 2) continue;
+    const double u = ((d.key.num_nodes + d.key.num_replicas) % 2 ? 0.4 : -0.4);
+    const double tc = t.Compute(d.key.local_bsz);
+    d.step_time = tc + (d.step_time - tc) * std::exp(u);
+    d.sync_time *= std::exp(u);
+  }
+  ThroughputFitOptions options;
+  options.obs_sigma = 0.01;
+  const auto m0 = FitThroughput(smooth, options), m1 = FitThroughput(scattered, options);
+  const double s0 = m0.ToJson()["model"]["placement_effect_sigma"].get<double>();
+  const double s1 = m1.ToJson()["model"]["placement_effect_sigma"].get<double>();
+  EXPECT_LT(s0, 0.8 * options.placement_effect_sigma) << s0;  // 0.065
+  EXPECT_GT(s1, 1.3 * options.placement_effect_sigma) << s1;  // 0.149
+  const ConfigKey unseen = Key(5, 10, 64);
+  EXPECT_GT(m1.Predict(unseen).log_sigma, m0.Predict(unseen).log_sigma);
+}
+
 TEST(ThroughputFit, UncertaintyGrowsWithExtrapolation) {
   const auto m = FitThroughput(MeasureAll(Truth{}, Grid(), 13, 0.03));
   const double seen = m.Predict(Key(4, 8, 64)).log_sigma;
