@@ -1,5 +1,5 @@
-// Money and hours as the recommendations' reasons and tables print them (search/ internal;
-// defined in recommendation_output.cpp).
+// Hours and objective values as the recommendations' reasons and tables print them (search/
+// internal; defined in recommendation_output.cpp). Costs: FormatCost (search/catalog.h).
 #pragma once
 
 #include <string>
