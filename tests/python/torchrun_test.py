@@ -122,6 +122,22 @@ class TorchrunTest(unittest.TestCase):
             self.assertEqual(recs[-1]["kind"], "end")
             self.assertEqual(recs[-1]["steps"], 60)
 
+    def restarted(self, tmp, fail_step, monitor_interval, starts, *args, **kw):
+        """40 steps under torchrun with one restart; on the first attempt rank 1 exits at
+        `fail_step`. Asserts the restart counts of the sidecar's start records (`starts`) and the
+        end at step 40; returns the output."""
+        r = torchrun(tmp, True, "--steps", "40", "--batch", "32", "--fail-rank", "1",
+                     "--fail-step", str(fail_step), *args,
+                     agent_args=("--max_restarts", "1", "--monitor_interval",
+                                 str(monitor_interval)), timeout=180, **kw)
+        out = r.stdout + r.stderr
+        recs = sidecar(tmp)
+        self.assertEqual([rec["restart_count"] for rec in recs if rec["kind"] == "start"],
+                         starts, out)
+        self.assertEqual(recs[-1]["kind"], "end", out)
+        self.assertEqual(recs[-1]["steps"], 40, out)
+        return out
+
     def test_cpp_example_restarted_agrees_afresh(self):
         """The agent's store outlives a restart. On the first attempt rank 1 fails before it starts
         the tuner, so rank 0 turns the tuner off for that attempt: CLOUDTUNE_AGREE_TIMEOUT_SECONDS
@@ -129,52 +145,26 @@ class TorchrunTest(unittest.TestCase):
         both. The second attempt agrees afresh: the tuner is on, and the sidecar has its start
         record (restart_count 1) and its end."""
         with tempfile.TemporaryDirectory() as tmp:
-            r = torchrun(tmp, True, "--steps", "40", "--batch", "32", "--fail-rank", "1",
-                         "--fail-step", "0", program=CPP_EXAMPLE,
-                         agent_args=("--max_restarts", "1", "--monitor_interval", "20"),
-                         extra_env={"CLOUDTUNE_AGREE_TIMEOUT_SECONDS": "1"}, timeout=180)
-            out = r.stdout + r.stderr
+            out = self.restarted(tmp, 0, 20, [1], program=CPP_EXAMPLE,
+                                 extra_env={"CLOUDTUNE_AGREE_TIMEOUT_SECONDS": "1"})
             self.assertIn("rank(s) did not start the plugin", out)  # the first attempt: off
-            recs = sidecar(tmp)
-            starts = [rec for rec in recs if rec["kind"] == "start"]
-            self.assertEqual([s["restart_count"] for s in starts], [1], out)
-            self.assertEqual(recs[-1]["kind"], "end", out)
-            self.assertEqual(recs[-1]["steps"], 40, out)
 
     def test_python_example_restarted_mid_run(self):
         """The Python example under torchrun's agent store, restarted after rank 1 fails at step
         10 of the first attempt: both attempts agree to switch the tuner on (each under its own
         prefix of the agent's store), and the second runs to its end."""
         with tempfile.TemporaryDirectory() as tmp:
-            r = torchrun(tmp, True, "--steps", "40", "--batch", "32", "--fail-rank", "1",
-                         "--fail-step", "10", "--sigterm", "exit",
-                         agent_args=("--max_restarts", "1", "--monitor_interval", "2"),
-                         timeout=180)
-            out = r.stdout + r.stderr
-            self.assertEqual(out.count("samples, tuner on"), 2, out)  # the start line of each attempt
-            recs = sidecar(tmp)
-            starts = [rec for rec in recs if rec["kind"] == "start"]
-            self.assertEqual([s["restart_count"] for s in starts], [0, 1], out)
-            self.assertEqual(recs[-1]["kind"], "end", out)
-            self.assertEqual(recs[-1]["steps"], 40, out)
+            out = self.restarted(tmp, 10, 2, [0, 1], "--sigterm", "exit")
+            self.assertEqual(out.count("samples, tuner on"), 2, out)  # each attempt's start line
 
     def test_python_example_peer_gone_before_attach(self):
         """Rank 1 exits before cloudtune.attach: rank 0's attach does not raise (one line, tuner
         off); the job's own next all-reduce is what fails, and torchrun restarts both ranks. The
         agent first looks after 20 s, so it cannot stop rank 0 before its attach has answered."""
         with tempfile.TemporaryDirectory() as tmp:
-            r = torchrun(tmp, True, "--steps", "40", "--batch", "32", "--fail-rank", "1",
-                         "--fail-step", "0", "--sigterm", "exit",
-                         agent_args=("--max_restarts", "1", "--monitor_interval", "20"),
-                         timeout=180)
-            out = r.stdout + r.stderr
+            out = self.restarted(tmp, 0, 20, [1], "--sigterm", "exit")
             self.assertIn("the ranks could not agree to start the tuner", out)
             self.assertNotIn("in attach", out)  # no traceback through cloudtune.attach
-            recs = sidecar(tmp)
-            starts = [rec for rec in recs if rec["kind"] == "start"]
-            self.assertEqual([s["restart_count"] for s in starts], [1], out)
-            self.assertEqual(recs[-1]["kind"], "end", out)
-            self.assertEqual(recs[-1]["steps"], 40, out)
 
     def test_cloudtune_alone_recommends(self):
         """Only CLOUDTUNE=1: the start line says what is known, and a recommendation comes (the
