@@ -21,6 +21,7 @@ namespace {
 struct RecArgs {
   std::vector<std::string> profile;
   std::string gns, catalog, candidates, objective = "cost", format = "table", current, type, out;
+  std::string clouds, gpus;
   std::string from;             // a sidecar or state file whose recorded inputs are the default
   std::set<std::string> given;  // the flags given on the command line
   double deadline = 0, budget = 0, target = 0, progress = 0, spent = 0, explored = 0;
@@ -121,6 +122,8 @@ runtime::RuntimeSetup SetupFrom(const RecArgs& a,
   rs.options.target_progress = a.target;
   rs.options.max_local_batch = a.max_local_bsz;
   rs.options.candidates = a.candidates;
+  rs.options.clouds = a.clouds;
+  rs.options.gpus = a.gpus;
   rs.options.catalog =
       a.catalog.empty() ? core::GetEnv("CLOUDTUNE_CATALOG").value_or("") : a.catalog;
   rs.customize = [a, model](runtime::FitAndSearchOptions* fo) {
@@ -215,6 +218,8 @@ std::string RunFrom(const RecArgs& a) {
   if (given("--target-progress")) o.target_progress = a.target;
   if (given("--max-local-bsz")) o.max_local_batch = a.max_local_bsz;
   if (given("--candidates")) o.candidates = a.candidates;
+  if (given("--clouds")) o.clouds = a.clouds;
+  if (given("--gpus")) o.gpus = a.gpus;
   if (given("--catalog")) o.catalog = a.catalog;
   if (given("--instance-type")) o.instance_type = a.type;
   core::Goal goal;
@@ -289,6 +294,15 @@ void RunRecommend(const RecArgs& a) {
   if (!rt.catalog_error().empty()) throw InputError(rt.catalog_error());
   if (!a.candidates.empty())  // a bad file is reported as it is, not as the tuner's state
     runtime::CandidatesFromTrace(a.candidates, default_type);
+  for (const auto& [flag, value] : {std::pair{"--clouds", a.clouds}, {"--gpus", a.gpus}}) {
+    try {  // named by the flag, not as the tuner's state
+      const auto list = runtime::Options::List(value);
+      search::TypesOn(rt.catalog(), flag[2] == 'c' ? list : std::vector<std::string>{},
+                      flag[2] == 'g' ? list : std::vector<std::string>{});
+    } catch (const InputError& e) {
+      throw InputError(std::string(flag) + ": " + e.what());
+    }
+  }
   if (a.current.empty()) DefaultCurrent(rt.catalog(), &snap);
   const runtime::TunerResult res = rt.Decide(snap, "cli");
   Output(a.out, Render(a, rt, snap, res));
@@ -322,6 +336,10 @@ void RegisterRecommendCommand(CLI::App& app) {
   rec->add_option("--candidates", ra->candidates,
                   "Trace CSV of the only configurations to propose (default: the whole space; "
                   "as CLOUDTUNE_CANDIDATES)");
+  rec->add_option("--clouds", ra->clouds,
+                  "Comma-separated clouds to propose types of, e.g. aws (default: every cloud)");
+  rec->add_option("--gpus", ra->gpus,
+                  "Comma-separated GPU models to propose, e.g. T4,A10G (default: every GPU)");
   rec->add_option("--objective", ra->objective, "cost or time (default cost)");
   rec->add_option("--deadline", ra->deadline, "Deadline in hours (0 = none)");
   rec->add_option("--budget", ra->budget, "Budget in USD (0 = none)");

@@ -341,6 +341,41 @@ std::string InstanceForGpu(const Catalog& catalog, const std::string& device_nam
   return best ? best->name : "";
 }
 
+std::vector<std::string> TypesOn(const Catalog& catalog, const std::vector<std::string>& clouds,
+                                 const std::vector<std::string>& gpus) {
+  auto lower = [](std::string v) {
+    for (char& c : v) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return v;
+  };
+  auto listed = [&](const std::vector<std::string>& list, const std::string& v) {
+    return list.empty() || std::any_of(list.begin(), list.end(),
+                                       [&](const std::string& x) { return lower(x) == lower(v); });
+  };
+  auto check = [&](const std::vector<std::string>& list, const char* what,
+                   std::string InstanceType::*field) {
+    std::set<std::string> has;
+    for (const InstanceType& t : catalog.types)
+      if (!(t.*field).empty() && t.cloud != "local") has.insert(t.*field);
+    for (const std::string& x : list) {
+      if (std::any_of(has.begin(), has.end(), [&](const std::string& h) { return listed({x}, h); }))
+        continue;
+      std::string known;
+      for (const std::string& h : has) known += (known.empty() ? "" : ", ") + h;
+      throw InputError(std::string("no instance type of the catalog has ") + what + " '" + x +
+                       "' (it has " + (known.empty() ? "none" : known) + ")");
+    }
+  };
+  check(clouds, "cloud", &InstanceType::cloud);
+  check(gpus, "GPU model", &InstanceType::gpu_model);
+  std::vector<std::string> out;
+  for (const InstanceType& t : catalog.types)
+    if (t.cloud != "local" && listed(clouds, t.cloud) && listed(gpus, t.gpu_model))
+      out.push_back(t.name);
+  if (out.empty())
+    throw InputError("no instance type of the catalog is on those clouds with those GPUs");
+  return out;
+}
+
 Catalog ResolveCatalog(const std::string& path, const CatalogOptions& options) {
   std::string p = path;
   if (p.empty()) return DefaultCatalog();

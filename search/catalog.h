@@ -113,6 +113,12 @@ std::string InstanceForGpu(const Catalog& catalog, const std::string& device_nam
                            int gpus_per_node);
 
 const Catalog& DefaultCatalog();
+// The names of the catalog's types that are on one of `clouds` (e.g. "aws") and have one of `gpus`
+// (GPU models, e.g. "T4"), both case-insensitive; an empty list does not restrict. Throws
+// cloudtune::InputError naming a cloud or GPU model that no type of the catalog has, with those it
+// has, or saying that no type is on those clouds with those GPUs.
+std::vector<std::string> TypesOn(const Catalog& catalog, const std::vector<std::string>& clouds,
+                                 const std::vector<std::string>& gpus);
 // What the catalog knows of the hardware of `type` (for the throughput model across types): an
 // instance type's name gives its GPU's specs and its network bandwidth (when measured, not the
 // default); otherwise a GPU model's name (e.g. "T4", "a100"; case-insensitive) gives the GPU's

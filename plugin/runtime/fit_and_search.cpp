@@ -188,9 +188,46 @@ FitAndSearchOptions SearchOptionsFrom(const Options& options, const search::Cata
     fo.recommend.cost.notice_s = UsableNoticeSeconds(
         NoticeLeadSeconds(DetectProvider(options.preemption_url)), options.preemption_poll_seconds);
   fo.instance_type = options.instance_type;
-  if (!options.candidates.empty())
-    fo.candidates = CandidatesFromTrace(options.candidates, options.instance_type);
+  if (!options.candidates.empty()) {
+    try {
+      fo.candidates = CandidatesFromTrace(options.candidates, options.instance_type);
+    } catch (const InputError& e) {
+      throw InputError(std::string("CLOUDTUNE_CANDIDATES: ") + e.what());
+    }
+  }
+  if (catalog) {
+    fo.recommend.space.types = AllowedTypes(options, *catalog);
+    const auto& allowed = fo.recommend.space.types;
+    if (!allowed.empty() && !fo.candidates.empty()) {
+      std::vector<search::Config> kept;
+      for (const search::Config& c : fo.candidates)
+        if (std::find(allowed.begin(), allowed.end(), c.type) != allowed.end()) kept.push_back(c);
+      if (kept.empty())
+        throw InputError(
+            "CLOUDTUNE_CANDIDATES: none of its configurations is on an allowed type "
+            "(CLOUDTUNE_CLOUDS, CLOUDTUNE_GPUS)");
+      fo.candidates = std::move(kept);
+    }
+  }
   return fo;
+}
+
+std::vector<std::string> AllowedTypes(const Options& options, const search::Catalog& catalog) {
+  const std::vector<std::string> clouds = Options::List(options.clouds);
+  const std::vector<std::string> gpus = Options::List(options.gpus);
+  if (clouds.empty() && gpus.empty()) return {};
+  auto check = [&](const char* var, const std::string& value, const std::vector<std::string>& c,
+                   const std::vector<std::string>& g) {
+    try {
+      return search::TypesOn(catalog, c, g);
+    } catch (const InputError& e) {
+      throw InputError(std::string(var) + "='" + value + "': " + e.what());
+    }
+  };
+  check("CLOUDTUNE_CLOUDS", options.clouds, clouds, {});
+  check("CLOUDTUNE_GPUS", options.gpus, {}, gpus);
+  return check("CLOUDTUNE_CLOUDS", options.clouds + "' with CLOUDTUNE_GPUS='" + options.gpus,
+               clouds, gpus);
 }
 
 std::vector<search::Config> CandidatesFromTrace(const std::string& path,

@@ -110,16 +110,23 @@ struct FitAndSearchOptions {
 };
 
 // The mapping from the CLOUDTUNE_* options to the search, in one place (objective, deadline,
-// budget, target, local-batch cap, instance type, candidates). `catalog` must outlive the result.
-// Throws cloudtune::InputError when the candidates file cannot be read.
+// budget, target, local-batch cap, instance type, candidates, clouds and GPUs). `catalog` must
+// outlive the result. Throws cloudtune::InputError when the candidates file cannot be read or
+// the clouds or GPUs name none of the catalog's types.
 FitAndSearchOptions SearchOptionsFrom(const Options& options, const search::Catalog* catalog);
 
-// The search request built from a snapshot (exposed so tests can check what is solved). With
-// `preempted`, the current configuration is the fleet left after losing one node (>= 1 node).
+// The instance types CLOUDTUNE_CLOUDS and CLOUDTUNE_GPUS allow (search::TypesOn); {} when neither
+// is set (every type). Throws cloudtune::InputError naming the variable and the value no catalog
+// type has.
+std::vector<std::string> AllowedTypes(const Options& options, const search::Catalog& catalog);
+
 // The configurations of a trace as search candidates (on demand): rows without an instance type
 // are of `default_type`; uneven placements are skipped. Throws cloudtune::InputError.
 std::vector<search::Config> CandidatesFromTrace(const std::string& path,
                                                 const std::string& default_type);
+
+// The search request built from a snapshot (exposed so tests can check what is solved). With
+// `preempted`, the current configuration is the fleet left after losing one node (>= 1 node).
 
 search::RecommendRequest BuildRecommendRequest(const Snapshot& s, const FitAndSearchOptions& o,
                                                bool preempted = false);

@@ -8,6 +8,7 @@
 #include <sstream>
 #include <variant>
 
+#include "estimator/core/csv.h"
 #include "estimator/core/env.h"
 #include "estimator/core/types.h"
 
@@ -67,6 +68,10 @@ const std::vector<Field>& Fields() {
       {"catalog", &Options::catalog, "instance catalog CSV (empty = built-in)"},
       {"candidates", &Options::candidates,
        "trace CSV of the only configurations the tuner may propose (empty = the whole space)"},
+      {"clouds", &Options::clouds,
+       "comma-separated clouds the tuner may propose types of, e.g. aws (empty = every cloud)"},
+      {"gpus", &Options::gpus,
+       "comma-separated GPU models the tuner may propose, e.g. T4,A10G (empty = every GPU)"},
       {"http", &Options::http, "host:port of the HTTP endpoint (empty = off)"},
       {"state", &Options::state, "state file kept across restarts (empty = none)"},
       {"history", &Options::history,
@@ -215,6 +220,12 @@ bool Options::IsValid(std::string* error) const {
   if (target_epochs > 0 && !(dataset_size > 0) && !(target_progress > 0) && !(target_steps > 0) &&
       !(target_samples > 0))
     return fail(&target_epochs, "needs CLOUDTUNE_DATASET_SIZE (samples per epoch)");
+  for (const std::string* list : {&clouds, &gpus}) {
+    if (list->find_first_of("\"\n\r") != std::string::npos)
+      return fail(list, "must not contain a quote or newline");
+    for (const std::string& item : List(*list))
+      if (item.empty()) return fail(list, "an empty item in the comma-separated list");
+  }
   if (!http.empty()) {
     auto colon = http.rfind(':');
     bool ok = colon != std::string::npos && colon > 0 && colon + 1 < http.size();
@@ -235,6 +246,11 @@ bool Options::IsValid(std::string* error) const {
   if (log_level != "error" && log_level != "warn" && log_level != "info" && log_level != "debug")
     return fail(&log_level, "must be error, warn, info or debug");
   return true;
+}
+
+std::vector<std::string> Options::List(const std::string& value) {
+  if (core::csv::Trim(value).empty()) return {};
+  return core::csv::Split(value);
 }
 
 const std::vector<EnvVar>& EnvTable() {

@@ -102,6 +102,13 @@ struct Options {
   // instance_type are of instance_type; uneven placements are skipped); "" = the whole space the
   // catalog spans.
   std::string candidates;
+  // Comma-separated clouds the tuner may propose instance types of (catalog cloud names: aws, gcp,
+  // azure); "" = every cloud of the catalog. Where a job's account, quota or data is.
+  std::string clouds;
+  // Comma-separated GPU models the tuner may propose (catalog names, e.g. "T4,A10G,L4");
+  // "" = every GPU. Both lists are case-insensitive and restrict the types a search considers,
+  // not the one the job runs on; a name no catalog type has switches the tuner off, saying so.
+  std::string gpus;
   // host:port of the HTTP endpoint (JSON recommendation + Prometheus metrics); "" = off.
   std::string http;
   // File holding the tuner's state across restarts ("" = none).
@@ -134,6 +141,8 @@ struct Options {
 
   // Checks ranges and enumerations; on failure writes "CLOUDTUNE_X='value': why" to *error.
   bool IsValid(std::string* error) const;
+  // The items of a comma-separated list (clouds, gpus), trimmed; {} for "".
+  static std::vector<std::string> List(const std::string& value);
 };
 
 // One documented variable.

@@ -139,9 +139,11 @@ Runtime::Runtime(RuntimeSetup setup) : setup_(std::move(setup)), opt_(setup_.opt
   try {
     search_ = SearchOptionsFrom(opt_, &catalog_);
   } catch (const std::exception& e) {
-    if (search_error_.empty()) search_error_ = std::string("CLOUDTUNE_CANDIDATES: ") + e.what();
+    options_error_ = e.what();
+    if (search_error_.empty()) search_error_ = options_error_;
     search_.catalog = &catalog_;
   }
+  allowed_types_ = search_.recommend.space.types;
   if (setup_.customize) setup_.customize(&search_);
   instance_.instance_type = search_.instance_type;
   instance_.source = "CLOUDTUNE_INSTANCE_TYPE";
@@ -433,9 +435,9 @@ void Runtime::FindInstance() {
   instance_ = found;
   search_.instance_type = found.instance_type;
   search_.purchase = found.purchase.value_or(core::Purchase::kOnDemand);
-  if (pseudo_type_) {  // back to the whole space, priced
+  if (pseudo_type_) {  // back to the whole space (or the clouds and GPUs allowed), priced
     search::SpaceOptions fresh;
-    search_.recommend.space.types.clear();
+    search_.recommend.space.types = allowed_types_;
     search_.recommend.space.allow_spot = fresh.allow_spot;
     search_.recommend.space.allow_anchor = fresh.allow_anchor;
     pseudo_type_ = false;
@@ -444,6 +446,8 @@ void Runtime::FindInstance() {
   search_error_.clear();
   if (!catalog_error_.empty())
     search_error_ = "catalog: " + catalog_error_;
+  else if (!options_error_.empty())
+    search_error_ = options_error_;
   else if (!search_.IsValid(&why))
     search_error_ = why;
 }
@@ -451,6 +455,9 @@ void Runtime::FindInstance() {
 // One line: what is known (instance, price, purchase, target, objective) and what would unlock
 // more.
 std::string Runtime::StartLine() const {
+  if (!search_error_.empty())
+    return "cloudtune: the tuner cannot search: " + search_error_ +
+           " (the job's measurements are still recorded)";
   std::ostringstream l;
   l << "cloudtune: tuner on: instance " << search_.instance_type;
   const int i = catalog_.Find(search_.instance_type);
@@ -472,6 +479,10 @@ std::string Runtime::StartLine() const {
       << (search_.recommend.objective.goal == core::Goal::kCost ? "cost per unit of progress"
                                                                 : "progress per hour")
       << ")";
+  if (!pseudo_type_ && !allowed_types_.empty())
+    l << ", searching " << allowed_types_.size() << " instance type(s)"
+      << (opt_.clouds.empty() ? "" : " on " + opt_.clouds)
+      << (opt_.gpus.empty() ? "" : " with " + opt_.gpus);
   std::vector<std::string> unlock;
   if (pseudo_type_) unlock.push_back("CLOUDTUNE_INSTANCE_TYPE to price it");
   if (!t.set())

@@ -197,9 +197,11 @@ class Runtime {
   bool quiet_ = false;
   search::Catalog catalog_;
   FitAndSearchOptions search_;
-  std::string search_error_;   // why the options cannot search ("" = they can)
-  std::string catalog_error_;  // why the catalog could not be read
-  bool pseudo_type_ = false;   // the instance type is not in the catalog: prices unknown
+  std::string search_error_;                // why the options cannot search ("" = they can)
+  std::string catalog_error_;               // why the catalog could not be read
+  std::string options_error_;               // why the options could not be mapped to a search
+  std::vector<std::string> allowed_types_;  // CLOUDTUNE_CLOUDS and _GPUS ({} = every type)
+  bool pseudo_type_ = false;  // the instance type is not in the catalog: prices unknown
   CloudInstance instance_;
   mutable std::mutex target_mu_;
   std::optional<Target> target_;  // from SetTarget

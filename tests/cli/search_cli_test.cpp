@@ -164,6 +164,25 @@ TEST(RecommendCli, TableFormat) {
   }
 }
 
+// --clouds and --gpus: only the types on those clouds with those GPUs are proposed.
+TEST(RecommendCli, OnlyTheCloudsAndGpusGiven) {
+  CLOUDTUNE_NEEDS_SHARED_DATA();
+  Result r = RunCli("recommend --profile " + Profile() + kCommon +
+                    " --clouds gcp --gpus T4,L4 --format json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  std::vector<nlohmann::json> proposals = {j["proposed"], j["best_predicted"]};
+  for (const auto& a : j["alternatives"]) proposals.push_back(a);
+  for (const auto& e : proposals) {
+    const std::string type = e["config"]["instance_type"];
+    const auto& c = cloudtune::search::DefaultCatalog();
+    ASSERT_GE(c.Find(type), 0) << type;
+    EXPECT_EQ(c.types[c.Find(type)].cloud, "gcp") << type;
+    const std::string gpu = c.types[c.Find(type)].gpu_model;
+    EXPECT_TRUE(gpu == "T4" || gpu == "L4") << type << " " << gpu;
+  }
+}
+
 TEST(RecommendCli, BadInputs) {
   CLOUDTUNE_NEEDS_SHARED_DATA();
   const std::string ok = "recommend --profile " + Profile() + kCommon;
@@ -207,6 +226,12 @@ TEST(RecommendCli, BadInputs) {
        "cloudtune: error: " + unknown_gpu +
            ":2: z.big: gpu_model: unknown GPU 'Z9' (not in the GPU specs: give its figures, "
            "gpu_fp32_tflops and/or gpu_memory_bandwidth_gbs)\n"},
+      {ok + " --clouds aws,oracle",
+       "cloudtune: error: --clouds: no instance type of the catalog has cloud 'oracle' (it has "
+       "aws, azure, gcp)\n"},
+      {ok + " --gpus H300",
+       "cloudtune: error: --gpus: no instance type of the catalog has GPU model 'H300' (it has "
+       "A10, A100, A100-80GB, A10G, H100, H200, L4, L40S, M60, P100, T4, V100, V100-32GB)\n"},
       {ok + " --current nope.large:1:4:32",
        "cloudtune: error: current configuration: instance type 'nope.large' is not in the "
        "catalog\n"},

@@ -71,13 +71,21 @@ TEST(Options, OutOfRangeValueNamesVariableAndValue) {
                  Case{"CLOUDTUNE_OBJECTIVE", "speed"}, Case{"CLOUDTUNE_HTTP", "localhost"},
                  Case{"CLOUDTUNE_HTTP", "h:99999"}, Case{"CLOUDTUNE_BUDGET_USD", "-3"},
                  Case{"CLOUDTUNE_LOG_LEVEL", "loud"}, Case{"CLOUDTUNE_SIDECAR", ""},
-                 Case{"CLOUDTUNE_INSTANCE_TYPE", "a,b"}, Case{"CLOUDTUNE_REFIT_SECONDS", "0"}}) {
+                 Case{"CLOUDTUNE_INSTANCE_TYPE", "a,b"}, Case{"CLOUDTUNE_REFIT_SECONDS", "0"},
+                 Case{"CLOUDTUNE_CLOUDS", "aws,,gcp"}, Case{"CLOUDTUNE_GPUS", "T4,"}}) {
     std::string err;
     Options o = FromMap({{c.var, c.value}}, &err);
     ASSERT_TRUE(err.empty()) << err;
     EXPECT_FALSE(o.IsValid(&err)) << c.var;
     EXPECT_NE(err.find(std::string(c.var) + "='" + c.value + "'"), std::string::npos) << err;
   }
+}
+
+TEST(Options, ListsAreSplitAtCommasAndTrimmed) {
+  EXPECT_TRUE(Options::List("").empty());
+  EXPECT_TRUE(Options::List("  ").empty());
+  EXPECT_EQ(Options::List("aws"), std::vector<std::string>({"aws"}));
+  EXPECT_EQ(Options::List(" T4, A10G ,L4"), std::vector<std::string>({"T4", "A10G", "L4"}));
 }
 
 TEST(Options, EnvTableListsEveryVariableOnceWithItsDefault) {

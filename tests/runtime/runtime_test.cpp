@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <functional>
 #include <map>
@@ -13,6 +14,7 @@
 #include <mutex>
 #include <thread>
 
+#include "estimator/core/error.h"
 #include "estimator/core/trace.h"
 #include "plugin/runtime/history.h"
 #include "plugin/runtime/state.h"
@@ -185,11 +187,8 @@ TEST(Runtime, UnknownMachinesStillGetBatchAndWorkerAdvice) {
   EXPECT_NE(r.log_line.find(" GPU-h"), std::string::npos) << r.log_line;
 }
 
-TEST(Runtime, StartLineSaysWhatIsKnownAndWhatUnlocksMore) {
-  RuntimeSetup rs;
-  rs.world_size = 1;
-  rs.detect_instance = true;
-  rs.options.metadata_url = "off";
+// The first line a runtime set up as `rs` logs when it starts ("" = none).
+std::string StartLineOf(RuntimeSetup rs) {
   std::vector<std::string> lines;
   std::mutex mu;
   rs.log = [&](const std::string& l) {
@@ -199,12 +198,77 @@ TEST(Runtime, StartLineSaysWhatIsKnownAndWhatUnlocksMore) {
   Runtime rt(rs);
   rt.Start();
   rt.Stop();
-  ASSERT_FALSE(lines.empty());
-  const std::string& l = lines.front();
+  return lines.empty() ? std::string() : lines.front();
+}
+
+TEST(Runtime, StartLineSaysWhatIsKnownAndWhatUnlocksMore) {
+  RuntimeSetup rs;
+  rs.world_size = 1;
+  rs.detect_instance = true;
+  rs.options.metadata_url = "off";
+  const std::string l = StartLineOf(rs);
   EXPECT_NE(l.find("instance local (prices unknown"), std::string::npos) << l;
   EXPECT_NE(l.find("CLOUDTUNE_INSTANCE_TYPE"), std::string::npos) << l;
   EXPECT_NE(l.find("CLOUDTUNE_TARGET_EPOCHS"), std::string::npos) << l;
   EXPECT_NE(l.find("cost per unit of progress"), std::string::npos) << l;
+}
+
+// CLOUDTUNE_CLOUDS and CLOUDTUNE_GPUS: the search proposes only the types on those clouds with
+// those GPUs, wherever the job runs; a name no catalog type has turns the tuner off, naming it.
+TEST(Runtime, ProposesOnlyTheCloudsAndGpusAllowed) {
+  auto decide = [](const std::string& clouds, const std::string& gpus) {
+    RuntimeSetup rs;
+    rs.options.instance_type = "g4dn.12xlarge";
+    rs.options.clouds = clouds;
+    rs.options.gpus = gpus;
+    rs.options.target_progress = 20000;
+    rs.log = [](const std::string&) {};
+    Runtime rt(rs);
+    const TunerResult r = rt.Decide(Job(), "timer");
+    std::vector<const search::InstanceType*> types;
+    for (const search::Evaluation* e : {&r.decision.proposed, &r.decision.best})
+      types.push_back(&rt.catalog().types[rt.catalog().Find(e->config.type)]);
+    for (const search::Evaluation& e : r.decision.alternatives)
+      types.push_back(&rt.catalog().types[rt.catalog().Find(e.config.type)]);
+    return types;
+  };
+  // Unrestricted, the search looks beyond one cloud and one GPU model.
+  const auto all = decide("", "");
+  EXPECT_TRUE(std::any_of(all.begin(), all.end(), [](auto* t) {
+    return t->cloud != "gcp" || (t->gpu_model != "T4" && t->gpu_model != "L4");
+  }));
+  const auto some = decide("GCP", "t4, L4");
+  ASSERT_GT(some.size(), 2u);
+  for (const search::InstanceType* t : some) {
+    EXPECT_EQ(t->cloud, "gcp") << t->name;
+    EXPECT_TRUE(t->gpu_model == "T4" || t->gpu_model == "L4") << t->name << " " << t->gpu_model;
+  }
+  try {
+    decide("aws,oracle", "");
+    ADD_FAILURE() << "an unknown cloud was searched";
+  } catch (const cloudtune::InputError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("CLOUDTUNE_CLOUDS='aws,oracle'"), std::string::npos) << m;
+    EXPECT_NE(m.find("cloud 'oracle'"), std::string::npos) << m;
+    EXPECT_NE(m.find("aws, azure, gcp"), std::string::npos) << m;
+  }
+  EXPECT_THROW(decide("", "H300"), cloudtune::InputError);
+  EXPECT_THROW(decide("azure", "H200"), cloudtune::InputError);  // each exists, not together
+}
+
+// The start line says what the search may propose, or why it cannot search at all.
+TEST(Runtime, StartLineSaysWhatTheSearchMayProposeOrWhyItCannot) {
+  auto first_line = [](const std::string& clouds) {
+    RuntimeSetup rs;
+    rs.options.instance_type = "g4dn.12xlarge";
+    rs.options.clouds = clouds;
+    return StartLineOf(rs);
+  };
+  const std::string aws = first_line("aws");
+  EXPECT_NE(aws.find("instance g4dn.12xlarge (on-demand"), std::string::npos) << aws;
+  EXPECT_NE(aws.find("instance type(s) on aws"), std::string::npos) << aws;
+  const std::string bad = first_line("oracle");
+  EXPECT_NE(bad.find("cannot search: CLOUDTUNE_CLOUDS='oracle'"), std::string::npos) << bad;
 }
 
 // The live path: the first recommendation comes at the first snapshot with data, and the job's

@@ -116,5 +116,32 @@ TEST(Catalog, ARowGivesTheFiguresOfAGpuTheSpecsDoNotKnow) {
   EXPECT_FALSE(DefaultCatalog().Gpu("RTX2080Ti"));                // the base is unchanged
 }
 
+TEST(Catalog, TypesOnCloudsWithGpus) {
+  std::istringstream in(std::string(kHeader) +
+                        "aws,r,a.t4,T4,4,3.9,1.2\n"
+                        "aws,r,a.v100,V100,8,24,7\n"
+                        "gcp,r,g.t4,T4,1,0.5,0.2\n");
+  Catalog c;
+  c.types = ParseInstances(in, "c.csv", Gpus());
+  using V = std::vector<std::string>;
+  EXPECT_EQ(TypesOn(c, {}, {}), V({"a.t4", "a.v100", "g.t4"}));
+  EXPECT_EQ(TypesOn(c, {"AWS"}, {}), V({"a.t4", "a.v100"}));
+  EXPECT_EQ(TypesOn(c, {}, {"t4"}), V({"a.t4", "g.t4"}));
+  EXPECT_EQ(TypesOn(c, {"gcp", "aws"}, {"V100"}), V({"a.v100"}));
+  auto error = [&](const V& clouds, const V& gpus) -> std::string {
+    try {
+      TypesOn(c, clouds, gpus);
+    } catch (const InputError& e) {
+      return e.what();
+    }
+    return "";
+  };
+  EXPECT_EQ(error({"aws", "azure"}, {}),
+            "no instance type of the catalog has cloud 'azure' (it has aws, gcp)");
+  EXPECT_EQ(error({}, {"A100"}),
+            "no instance type of the catalog has GPU model 'A100' (it has T4, V100)");
+  EXPECT_NE(error({"gcp"}, {"V100"}).find("on those clouds with those GPUs"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace cloudtune::search
