@@ -13,6 +13,7 @@
 
 #include "e2e_util.h"
 #include "plugin/runtime/cloud.h"
+#include "search/catalog.h"
 #include "tests/fake_http.h"
 
 namespace {
@@ -34,8 +35,8 @@ int RunExample(const fs::path& dir, const std::string& env, int steps, std::stri
   for (const char* v :
        {"CLOUDTUNE", "CLOUDTUNE_SIDECAR", "CLOUDTUNE_PROFILE", "CLOUDTUNE_MEASURE_EVERY",
         "CLOUDTUNE_INSTANCE_TYPE", "CLOUDTUNE_TARGET_PROGRESS", "CLOUDTUNE_METADATA_URL",
-        "CLOUDTUNE_STATE", "CLOUDTUNE_HTTP", "TORCHELASTIC_RESTART_COUNT", "RANK", "WORLD_SIZE",
-        "MASTER_PORT"})
+        "CLOUDTUNE_STATE", "CLOUDTUNE_HTTP", "CLOUDTUNE_CLOUDS", "CLOUDTUNE_GPUS",
+        "TORCHELASTIC_RESTART_COUNT", "RANK", "WORLD_SIZE", "MASTER_PORT"})
     unset += std::string(" -u ") + v;
   const std::string cmd = "cd '" + dir.string() + "' && env" + unset + " " + env + " '" + kBin +
                           "' --workers 2 --epochs " + std::to_string(epochs) +
@@ -125,6 +126,40 @@ TEST(Defaults, MetadataNamesTheInstanceInTheStartRecord) {
     EXPECT_EQ(start[0]["instance"]["instance_type"], c.type) << start[0].dump();
     EXPECT_EQ(start[0]["instance"]["purchase"], c.purchase) << start[0].dump();
     EXPECT_TRUE(start[0]["instance"]["prices_known"].get<bool>());
+  }
+}
+
+// The metadata names an AWS T4 machine; CLOUDTUNE_CLOUDS and CLOUDTUNE_GPUS keep every proposal on
+// AWS T4 types once the job knows where it runs (it starts on the local pseudo-type).
+TEST(Defaults, ProposalsStayOnTheCloudsAndGpusAllowed) {
+  cloudtune::test::FakeHttpServer server(
+      cloudtune::test::CloudMetadata("aws", "g4dn.12xlarge", "on-demand"));
+  const fs::path dir = cloudtune::e2e::TempDir("cloudtune-defaults", "clouds");
+  std::string log;
+  ASSERT_EQ(RunExample(dir,
+                       "CLOUDTUNE=1 CLOUDTUNE_CLOUDS=aws CLOUDTUNE_GPUS=t4 "
+                       "CLOUDTUNE_METADATA_URL=" +
+                           server.url(),
+                       200, &log),
+            0)
+      << log;
+  EXPECT_EQ(cloudtune::e2e::CountLines(log, "instance type(s) on aws with t4"), 1) << log;
+  const auto start = Records(dir / "cloudtune.sidecar.jsonl", "start");
+  ASSERT_EQ(start.size(), 1u) << log;
+  EXPECT_EQ(start[0]["options"]["CLOUDTUNE_CLOUDS"], "aws") << start[0].dump();
+  const auto recs = Records(dir / "cloudtune.sidecar.jsonl", "recommendation");
+  ASSERT_GE(recs.size(), 1u) << log;
+  const auto& catalog = cloudtune::search::DefaultCatalog();
+  for (const json& r : recs) {
+    std::vector<json> proposals = {r["proposed"]};
+    for (const json& a : r["alternatives"]) proposals.push_back(a);
+    for (const json& e : proposals) {
+      const std::string type = e["config"]["instance_type"];
+      const int i = catalog.Find(type);
+      ASSERT_GE(i, 0) << type;
+      EXPECT_EQ(catalog.types[i].cloud, "aws") << type;
+      EXPECT_EQ(catalog.types[i].gpu_model, "T4") << type;
+    }
   }
 }
 
