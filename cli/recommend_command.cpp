@@ -26,7 +26,7 @@ struct RecArgs {
   std::set<std::string> given;  // the flags given on the command line
   double deadline = 0, budget = 0, target = 0, progress = 0, spent = 0, explored = 0;
   double gradient_bytes = 0;
-  int max_nodes = 16, max_local_bsz = 256, min_local_bsz = 8, max_accum = 3;
+  int max_nodes = 16, max_gpus = 64, max_local_bsz = 256, min_local_bsz = 8, max_accum = 3;
   bool pareto = false;
 };
 
@@ -98,6 +98,8 @@ void Validate(const RecArgs& a) {
   NonNegative(a.spent, "--spent");
   NonNegative(a.explored, "--exploration-spent");
   NonNegative(a.gradient_bytes, "--gradient-bytes");
+  for (const auto& [flag, v] : {std::pair{"--max-nodes", a.max_nodes}, {"--max-gpus", a.max_gpus}})
+    if (v < 1) throw InputError(std::string(flag) + ": must be >= 1, got " + std::to_string(v));
   if (a.explored > a.spent) {
     std::ostringstream m;
     m << "--exploration-spent: " << a.explored << " exceeds --spent " << a.spent;
@@ -123,12 +125,13 @@ runtime::RuntimeSetup SetupFrom(const RecArgs& a,
   rs.options.max_local_batch = a.max_local_bsz;
   rs.options.candidates = a.candidates;
   rs.options.clouds = a.clouds;
+  rs.options.max_nodes = a.max_nodes;
+  rs.options.max_gpus = a.max_gpus;
   rs.options.gpus = a.gpus;
   rs.options.catalog =
       a.catalog.empty() ? core::GetEnv("CLOUDTUNE_CATALOG").value_or("") : a.catalog;
   rs.customize = [a, model](runtime::FitAndSearchOptions* fo) {
     fo->instance_type.clear();  // the profile rows and the current configuration say
-    fo->recommend.space.max_nodes = a.max_nodes;
     fo->recommend.space.min_local_bsz = a.min_local_bsz;
     fo->recommend.space.max_accum_steps = a.max_accum;
     fo->recommend.decide_again_s = 0;  // one decision: no later one corrects a kept overrun
@@ -219,6 +222,8 @@ std::string RunFrom(const RecArgs& a) {
   if (given("--max-local-bsz")) o.max_local_batch = a.max_local_bsz;
   if (given("--candidates")) o.candidates = a.candidates;
   if (given("--clouds")) o.clouds = a.clouds;
+  if (given("--max-nodes")) o.max_nodes = a.max_nodes;
+  if (given("--max-gpus")) o.max_gpus = a.max_gpus;
   if (given("--gpus")) o.gpus = a.gpus;
   if (given("--catalog")) o.catalog = a.catalog;
   if (given("--instance-type")) o.instance_type = a.type;
@@ -233,7 +238,6 @@ std::string RunFrom(const RecArgs& a) {
   const std::optional<estimator::EfficiencyModel> recorded =
       given("--gns") ? std::nullopt : rec.efficiency;
   rs.customize = [a, given, recorded](runtime::FitAndSearchOptions* fo) {
-    if (given("--max-nodes")) fo->recommend.space.max_nodes = a.max_nodes;
     if (given("--min-local-bsz")) fo->recommend.space.min_local_bsz = a.min_local_bsz;
     if (given("--max-accum")) fo->recommend.space.max_accum_steps = a.max_accum;
     if (recorded) fo->efficiency_model = recorded;
@@ -359,6 +363,7 @@ void RegisterRecommendCommand(CLI::App& app) {
   rec->add_option("--instance-type", ra->type,
                   "Instance type of profile rows that have no instance_type column");
   rec->add_option("--max-nodes", ra->max_nodes, "Most instances (default 16)");
+  rec->add_option("--max-gpus", ra->max_gpus, "Most GPUs over all instances (default 64)");
   rec->add_option("--min-local-bsz", ra->min_local_bsz, "Smallest per-GPU batch (default 8)");
   rec->add_option("--max-local-bsz", ra->max_local_bsz, "Largest per-GPU batch (default 256)");
   rec->add_option("--max-accum", ra->max_accum, "Most accumulation micro-steps (default 3)");

@@ -178,6 +178,8 @@ FitAndSearchOptions SearchOptionsFrom(const Options& options, const search::Cata
   fo.target.dataset_size = options.dataset_size;
   if (options.max_local_batch > 0) fo.recommend.space.max_local_bsz = options.max_local_batch;
   fo.recommend.space.max_accum_steps = options.max_accum_steps;
+  fo.recommend.space.max_nodes = options.max_nodes;
+  fo.recommend.space.max_gpus = options.max_gpus;
   fo.recommend.space.max_batch_growth = options.max_batch_growth;
   fo.recommend.mixed_max_types = options.mixed_types;
   fo.recommend.space.wait_for_spot =

@@ -45,6 +45,8 @@ const std::vector<Field>& Fields() {
        "largest local batch the tuner may propose (0 = no limit)"},
       {"max_accum_steps", &Options::max_accum_steps,
        "most extra accumulation micro-steps per optimizer step the tuner may propose (0 = none)"},
+      {"max_nodes", &Options::max_nodes, "most instances a proposal may use (quota)"},
+      {"max_gpus", &Options::max_gpus, "most GPUs over all instances a proposal may use (quota)"},
       {"max_batch_growth", &Options::max_batch_growth,
        "largest proposed global batch as a multiple of the largest one run (0 = no bound)"},
       {"mixed_types", &Options::mixed_types,
@@ -203,6 +205,8 @@ bool Options::IsValid(std::string* error) const {
     return fail(&gns_max_window, "must be >= 8 (steps)");
   if (max_local_batch < 0) return fail(&max_local_batch, "must be >= 0 (0 = no limit)");
   if (max_accum_steps < 0) return fail(&max_accum_steps, "must be >= 0 (0 = none)");
+  if (max_nodes < 1) return fail(&max_nodes, "must be >= 1 (instances)");
+  if (max_gpus < 1) return fail(&max_gpus, "must be >= 1 (GPUs)");
   if (!(max_batch_growth == 0 || max_batch_growth >= 1) || !std::isfinite(max_batch_growth))
     return fail(&max_batch_growth, "must be >= 1, or 0 (no bound)");
   if (mixed_types != 0 && mixed_types != 2 && mixed_types != 3)

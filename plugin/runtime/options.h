@@ -57,6 +57,10 @@ struct Options {
   // Most extra gradient-accumulation micro-steps per optimizer step the tuner may propose (0 =
   // none: the job cannot accumulate). >= 0. The search's default (search::SpaceOptions).
   int max_accum_steps = 3;
+  // Quota: the most instances (nodes) and the most GPUs over all of them a proposal may use.
+  // >= 1 each. The search's defaults (search::SpaceOptions).
+  int max_nodes = 16;
+  int max_gpus = 64;
   // Observe, then grow: the largest global batch proposed, as a multiple of the largest batch the
   // job has run (search::RecommendOptions::max_batch_growth). >= 1, or 0 = no bound.
   double max_batch_growth = 4;

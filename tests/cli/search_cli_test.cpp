@@ -226,6 +226,8 @@ TEST(RecommendCli, BadInputs) {
        "cloudtune: error: " + unknown_gpu +
            ":2: z.big: gpu_model: unknown GPU 'Z9' (not in the GPU specs: give its figures, "
            "gpu_fp32_tflops and/or gpu_memory_bandwidth_gbs)\n"},
+      {ok + " --max-nodes 0", "cloudtune: error: --max-nodes: must be >= 1, got 0\n"},
+      {ok + " --max-gpus -4", "cloudtune: error: --max-gpus: must be >= 1, got -4\n"},
       {ok + " --clouds aws,oracle",
        "cloudtune: error: --clouds: no instance type of the catalog has cloud 'oracle' (it has "
        "aws, azure, gcp)\n"},

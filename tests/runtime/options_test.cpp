@@ -72,7 +72,8 @@ TEST(Options, OutOfRangeValueNamesVariableAndValue) {
                  Case{"CLOUDTUNE_HTTP", "h:99999"}, Case{"CLOUDTUNE_BUDGET_USD", "-3"},
                  Case{"CLOUDTUNE_LOG_LEVEL", "loud"}, Case{"CLOUDTUNE_SIDECAR", ""},
                  Case{"CLOUDTUNE_INSTANCE_TYPE", "a,b"}, Case{"CLOUDTUNE_REFIT_SECONDS", "0"},
-                 Case{"CLOUDTUNE_CLOUDS", "aws,,gcp"}, Case{"CLOUDTUNE_GPUS", "T4,"}}) {
+                 Case{"CLOUDTUNE_CLOUDS", "aws,,gcp"}, Case{"CLOUDTUNE_GPUS", "T4,"},
+                 Case{"CLOUDTUNE_MAX_NODES", "0"}, Case{"CLOUDTUNE_MAX_GPUS", "-8"}}) {
     std::string err;
     Options o = FromMap({{c.var, c.value}}, &err);
     ASSERT_TRUE(err.empty()) << err;

@@ -256,6 +256,38 @@ TEST(Runtime, ProposesOnlyTheCloudsAndGpusAllowed) {
   EXPECT_THROW(decide("azure", "H200"), cloudtune::InputError);  // each exists, not together
 }
 
+// CLOUDTUNE_MAX_NODES and CLOUDTUNE_MAX_GPUS: a quota no proposal exceeds; the defaults are the
+// search's own.
+TEST(Runtime, ProposalsStayWithinTheQuota) {
+  EXPECT_EQ(Options{}.max_nodes, search::SpaceOptions{}.max_nodes);
+  EXPECT_EQ(Options{}.max_gpus, search::SpaceOptions{}.max_gpus);
+  auto configs = [](int max_nodes, int max_gpus) {
+    RuntimeSetup rs;
+    rs.options.instance_type = "g4dn.12xlarge";
+    rs.options.max_nodes = max_nodes;
+    rs.options.max_gpus = max_gpus;
+    rs.options.objective = "time";  // the fastest: as many GPUs as help
+    rs.options.target_progress = 20000;
+    rs.log = [](const std::string&) {};
+    Runtime rt(rs);
+    const TunerResult r = rt.Decide(Job(), "timer");
+    std::vector<search::Config> out = {r.decision.proposed.config, r.decision.best.config};
+    for (const search::Evaluation& e : r.decision.alternatives) out.push_back(e.config);
+    return out;
+  };
+  auto largest = [](const std::vector<search::Config>& cs, bool gpus) {
+    int m = 0;
+    for (const search::Config& c : cs) m = std::max(m, gpus ? c.nodes * c.gpus_per_node : c.nodes);
+    return m;
+  };
+  // Unrestricted, this job's search goes beyond 2 nodes and 4 GPUs (so the quota is what binds).
+  const auto all = configs(16, 64);
+  EXPECT_GT(largest(all, false), 2);
+  EXPECT_GT(largest(all, true), 4);
+  EXPECT_LE(largest(configs(2, 64), false), 2);
+  EXPECT_LE(largest(configs(16, 4), true), 4);
+}
+
 // The start line says what the search may propose, or why it cannot search at all.
 TEST(Runtime, StartLineSaysWhatTheSearchMayProposeOrWhyItCannot) {
   auto first_line = [](const std::string& clouds) {
