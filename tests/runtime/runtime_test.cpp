@@ -225,23 +225,23 @@ TEST(Runtime, ProposesOnlyTheCloudsAndGpusAllowed) {
     rs.log = [](const std::string&) {};
     Runtime rt(rs);
     const TunerResult r = rt.Decide(Job(), "timer");
-    std::vector<const search::InstanceType*> types;
+    std::vector<search::InstanceType> types;  // copies: the runtime's catalog goes with it
     for (const search::Evaluation* e : {&r.decision.proposed, &r.decision.best})
-      types.push_back(&rt.catalog().types[rt.catalog().Find(e->config.type)]);
+      types.push_back(rt.catalog().types[rt.catalog().Find(e->config.type)]);
     for (const search::Evaluation& e : r.decision.alternatives)
-      types.push_back(&rt.catalog().types[rt.catalog().Find(e.config.type)]);
+      types.push_back(rt.catalog().types[rt.catalog().Find(e.config.type)]);
     return types;
   };
   // Unrestricted, the search looks beyond one cloud and one GPU model.
   const auto all = decide("", "");
-  EXPECT_TRUE(std::any_of(all.begin(), all.end(), [](auto* t) {
-    return t->cloud != "gcp" || (t->gpu_model != "T4" && t->gpu_model != "L4");
+  EXPECT_TRUE(std::any_of(all.begin(), all.end(), [](const search::InstanceType& t) {
+    return t.cloud != "gcp" || (t.gpu_model != "T4" && t.gpu_model != "L4");
   }));
   const auto some = decide("GCP", "t4, L4");
   ASSERT_GT(some.size(), 2u);
-  for (const search::InstanceType* t : some) {
-    EXPECT_EQ(t->cloud, "gcp") << t->name;
-    EXPECT_TRUE(t->gpu_model == "T4" || t->gpu_model == "L4") << t->name << " " << t->gpu_model;
+  for (const search::InstanceType& t : some) {
+    EXPECT_EQ(t.cloud, "gcp") << t.name;
+    EXPECT_TRUE(t.gpu_model == "T4" || t.gpu_model == "L4") << t.name << " " << t.gpu_model;
   }
   try {
     decide("aws,oracle", "");
