@@ -298,15 +298,7 @@ void RunRecommend(const RecArgs& a) {
   if (!rt.catalog_error().empty()) throw InputError(rt.catalog_error());
   if (!a.candidates.empty())  // a bad file is reported as it is, not as the tuner's state
     runtime::CandidatesFromTrace(a.candidates, default_type);
-  for (const auto& [flag, value] : {std::pair{"--clouds", a.clouds}, {"--gpus", a.gpus}}) {
-    try {  // named by the flag, not as the tuner's state
-      const auto list = runtime::Options::List(value);
-      search::TypesOn(rt.catalog(), flag[2] == 'c' ? list : std::vector<std::string>{},
-                      flag[2] == 'g' ? list : std::vector<std::string>{});
-    } catch (const InputError& e) {
-      throw InputError(std::string(flag) + ": " + e.what());
-    }
-  }
+  runtime::AllowedTypes(rt.catalog(), a.clouds, a.gpus, "--clouds", "--gpus");  // named by flag
   if (a.current.empty()) DefaultCurrent(rt.catalog(), &snap);
   const runtime::TunerResult res = rt.Decide(snap, "cli");
   Output(a.out, Render(a, rt, snap, res));

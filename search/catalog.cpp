@@ -357,7 +357,8 @@ std::vector<std::string> TypesOn(const Catalog& catalog, const std::vector<std::
     for (const InstanceType& t : catalog.types)
       if (!(t.*field).empty() && t.cloud != "local") has.insert(t.*field);
     for (const std::string& x : list) {
-      if (std::any_of(has.begin(), has.end(), [&](const std::string& h) { return listed({x}, h); }))
+      if (std::any_of(has.begin(), has.end(),
+                      [&](const std::string& h) { return lower(h) == lower(x); }))
         continue;
       std::string known;
       for (const std::string& h : has) known += (known.empty() ? "" : ", ") + h;

@@ -198,7 +198,7 @@ FitAndSearchOptions SearchOptionsFrom(const Options& options, const search::Cata
     }
   }
   if (catalog) {
-    fo.recommend.space.types = AllowedTypes(options, *catalog);
+    fo.recommend.space.types = AllowedTypes(*catalog, options.clouds, options.gpus);
     const auto& allowed = fo.recommend.space.types;
     if (!allowed.empty() && !fo.candidates.empty()) {
       std::vector<search::Config> kept;
@@ -214,22 +214,24 @@ FitAndSearchOptions SearchOptionsFrom(const Options& options, const search::Cata
   return fo;
 }
 
-std::vector<std::string> AllowedTypes(const Options& options, const search::Catalog& catalog) {
-  const std::vector<std::string> clouds = Options::List(options.clouds);
-  const std::vector<std::string> gpus = Options::List(options.gpus);
-  if (clouds.empty() && gpus.empty()) return {};
-  auto check = [&](const char* var, const std::string& value, const std::vector<std::string>& c,
-                   const std::vector<std::string>& g) {
+std::vector<std::string> AllowedTypes(const search::Catalog& catalog, const std::string& clouds,
+                                      const std::string& gpus, const std::string& clouds_name,
+                                      const std::string& gpus_name) {
+  const std::vector<std::string> c = Options::List(clouds), g = Options::List(gpus);
+  if (c.empty() && g.empty()) return {};
+  auto types_on = [&](const std::string& named, const std::vector<std::string>& cs,
+                      const std::vector<std::string>& gs) {
     try {
-      return search::TypesOn(catalog, c, g);
+      return search::TypesOn(catalog, cs, gs);
     } catch (const InputError& e) {
-      throw InputError(std::string(var) + "='" + value + "': " + e.what());
+      throw InputError(named + ": " + e.what());
     }
   };
-  check("CLOUDTUNE_CLOUDS", options.clouds, clouds, {});
-  check("CLOUDTUNE_GPUS", options.gpus, {}, gpus);
-  return check("CLOUDTUNE_CLOUDS", options.clouds + "' with CLOUDTUNE_GPUS='" + options.gpus,
-               clouds, gpus);
+  const std::string named_c = clouds_name + "='" + clouds + "'";
+  const std::string named_g = gpus_name + "='" + gpus + "'";
+  types_on(named_c, c, {});  // each list on its own first, so that the message names the one
+  types_on(named_g, {}, g);
+  return types_on(named_c + " with " + named_g, c, g);
 }
 
 std::vector<search::Config> CandidatesFromTrace(const std::string& path,

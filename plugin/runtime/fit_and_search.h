@@ -115,10 +115,14 @@ struct FitAndSearchOptions {
 // the clouds or GPUs name none of the catalog's types.
 FitAndSearchOptions SearchOptionsFrom(const Options& options, const search::Catalog* catalog);
 
-// The instance types CLOUDTUNE_CLOUDS and CLOUDTUNE_GPUS allow (search::TypesOn); {} when neither
-// is set (every type). Throws cloudtune::InputError naming the variable and the value no catalog
-// type has.
-std::vector<std::string> AllowedTypes(const Options& options, const search::Catalog& catalog);
+// The instance types two comma-separated lists of clouds and GPU models allow (Options::clouds and
+// ::gpus; search::TypesOn); {} when both are empty (every type). Throws cloudtune::InputError
+// naming the list (`clouds_name`, `gpus_name`: the variable or the CLI flag) and the value no
+// catalog type has.
+std::vector<std::string> AllowedTypes(const search::Catalog& catalog, const std::string& clouds,
+                                      const std::string& gpus,
+                                      const std::string& clouds_name = "CLOUDTUNE_CLOUDS",
+                                      const std::string& gpus_name = "CLOUDTUNE_GPUS");
 
 // The configurations of a trace as search candidates (on demand): rows without an instance type
 // are of `default_type`; uneven placements are skipped. Throws cloudtune::InputError.
@@ -127,7 +131,6 @@ std::vector<search::Config> CandidatesFromTrace(const std::string& path,
 
 // The search request built from a snapshot (exposed so tests can check what is solved). With
 // `preempted`, the current configuration is the fleet left after losing one node (>= 1 node).
-
 search::RecommendRequest BuildRecommendRequest(const Snapshot& s, const FitAndSearchOptions& o,
                                                bool preempted = false);
 

@@ -229,10 +229,12 @@ TEST(RecommendCli, BadInputs) {
       {ok + " --max-nodes 0", "cloudtune: error: --max-nodes: must be >= 1, got 0\n"},
       {ok + " --max-gpus -4", "cloudtune: error: --max-gpus: must be >= 1, got -4\n"},
       {ok + " --clouds aws,oracle",
-       "cloudtune: error: --clouds: no instance type of the catalog has cloud 'oracle' (it has "
+       "cloudtune: error: --clouds='aws,oracle': no instance type of the catalog has cloud "
+       "'oracle' (it has "
        "aws, azure, gcp)\n"},
       {ok + " --gpus H300",
-       "cloudtune: error: --gpus: no instance type of the catalog has GPU model 'H300' (it has "
+       "cloudtune: error: --gpus='H300': no instance type of the catalog has GPU model 'H300' (it "
+       "has "
        "A10, A100, A100-80GB, A10G, H100, H200, L4, L40S, M60, P100, T4, V100, V100-32GB)\n"},
       {ok + " --current nope.large:1:4:32",
        "cloudtune: error: current configuration: instance type 'nope.large' is not in the "

@@ -215,21 +215,30 @@ TEST(Runtime, StartLineSaysWhatIsKnownAndWhatUnlocksMore) {
 
 // CLOUDTUNE_CLOUDS and CLOUDTUNE_GPUS: the search proposes only the types on those clouds with
 // those GPUs, wherever the job runs; a name no catalog type has turns the tuner off, naming it.
+// The proposal, the best predicted and the alternatives of one decision on Job() on g4dn.12xlarge
+// with a target, under the options `set` changes.
+std::vector<search::Config> Proposals(const std::function<void(Options*)>& set) {
+  RuntimeSetup rs;
+  rs.options.instance_type = "g4dn.12xlarge";
+  rs.options.target_progress = 20000;
+  set(&rs.options);
+  rs.log = [](const std::string&) {};
+  Runtime rt(rs);
+  const TunerResult r = rt.Decide(Job(), "timer");
+  std::vector<search::Config> out = {r.decision.proposed.config, r.decision.best.config};
+  for (const search::Evaluation& e : r.decision.alternatives) out.push_back(e.config);
+  return out;
+}
+
 TEST(Runtime, ProposesOnlyTheCloudsAndGpusAllowed) {
   auto decide = [](const std::string& clouds, const std::string& gpus) {
-    RuntimeSetup rs;
-    rs.options.instance_type = "g4dn.12xlarge";
-    rs.options.clouds = clouds;
-    rs.options.gpus = gpus;
-    rs.options.target_progress = 20000;
-    rs.log = [](const std::string&) {};
-    Runtime rt(rs);
-    const TunerResult r = rt.Decide(Job(), "timer");
-    std::vector<search::InstanceType> types;  // copies: the runtime's catalog goes with it
-    for (const search::Evaluation* e : {&r.decision.proposed, &r.decision.best})
-      types.push_back(rt.catalog().types[rt.catalog().Find(e->config.type)]);
-    for (const search::Evaluation& e : r.decision.alternatives)
-      types.push_back(rt.catalog().types[rt.catalog().Find(e.config.type)]);
+    const search::Catalog& catalog = search::DefaultCatalog();
+    std::vector<search::InstanceType> types;
+    for (const search::Config& c : Proposals([&](Options* o) {
+           o->clouds = clouds;
+           o->gpus = gpus;
+         }))
+      types.push_back(catalog.types[catalog.Find(c.type)]);
     return types;
   };
   // Unrestricted, the search looks beyond one cloud and one GPU model.
@@ -262,18 +271,11 @@ TEST(Runtime, ProposalsStayWithinTheQuota) {
   EXPECT_EQ(Options{}.max_nodes, search::SpaceOptions{}.max_nodes);
   EXPECT_EQ(Options{}.max_gpus, search::SpaceOptions{}.max_gpus);
   auto configs = [](int max_nodes, int max_gpus) {
-    RuntimeSetup rs;
-    rs.options.instance_type = "g4dn.12xlarge";
-    rs.options.max_nodes = max_nodes;
-    rs.options.max_gpus = max_gpus;
-    rs.options.objective = "time";  // the fastest: as many GPUs as help
-    rs.options.target_progress = 20000;
-    rs.log = [](const std::string&) {};
-    Runtime rt(rs);
-    const TunerResult r = rt.Decide(Job(), "timer");
-    std::vector<search::Config> out = {r.decision.proposed.config, r.decision.best.config};
-    for (const search::Evaluation& e : r.decision.alternatives) out.push_back(e.config);
-    return out;
+    return Proposals([&](Options* o) {
+      o->max_nodes = max_nodes;
+      o->max_gpus = max_gpus;
+      o->objective = "time";  // the fastest: as many GPUs as help
+    });
   };
   auto largest = [](const std::vector<search::Config>& cs, bool gpus) {
     int m = 0;
