@@ -1,7 +1,9 @@
 // Reads a job's sidecar and saved state for `cloudtune report` and `cloudtune recommend --from`.
 #include "cli/sidecar_reader.h"
 
+#include <cmath>
 #include <fstream>
+#include <limits>
 #include <set>
 #include <sstream>
 
@@ -41,9 +43,15 @@ std::vector<std::string> Sidecar::Problems() const {
   if (!Last("measurement")) p.push_back("no measurement record: no step times or noise scale");
   if (!Last("recommendation"))
     p.push_back("no recommendation record: the tuner had not published one");
-  if (!Last("end"))
+  if (!Last("end")) {
+    // The last record's step as written (a damaged file may hold any JSON value there).
+    const nlohmann::json* step = records.empty() ? nullptr : &records.back().json;
+    std::string at = "?";
+    if (step && step->contains("step") && (*step)["step"].is_number_integer())
+      at = (*step)["step"].dump();
     p.push_back("no end record: the job was killed or is still running; the report stops at step " +
-                std::to_string(records.empty() ? 0 : records.back().json.value("step", 0LL)));
+                at);
+  }
   return p;
 }
 
@@ -100,7 +108,8 @@ class Fields {
   }
   int Integer(const nlohmann::json& j, const std::string& name, int min) const {
     const double v = Number(j, name);
-    if (v < min || v != static_cast<int>(v))
+    // Range first: converting a double outside int's range is undefined.
+    if (!(v >= min && v <= std::numeric_limits<int>::max()) || v != std::floor(v))
       Fail(name, "must be an integer >= " + std::to_string(min));
     return static_cast<int>(v);
   }

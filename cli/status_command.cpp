@@ -155,8 +155,13 @@ std::string Screen(const Endpoint& e, double timeout) {
   const auto num = [](const nlohmann::json& j, const char* key) {
     return j.is_object() && j.contains(key) && j[key].is_number() ? j[key].get<double>() : NAN;
   };
+  // A string of `j` (`dflt` when it is absent or not a string).
+  const auto str = [](const nlohmann::json& j, const char* key, const char* dflt) {
+    return j.is_object() && j.contains(key) && j[key].is_string() ? j[key].get<std::string>()
+                                                                    : std::string(dflt);
+  };
   // Costs in the recommendation's unit: dollars, or GPU-hours on machines no catalog prices.
-  const bool gpu_hours = r.is_object() && r.value("cost_unit", "usd") == "gpu_hours";
+  const bool gpu_hours = str(r, "cost_unit", "usd") == "gpu_hours";
   const auto cost = [&](double x, const char* fmt) {
     return gpu_hours ? Num(x, fmt) + " GPU-h" : "$" + Num(x, fmt);
   };
@@ -170,9 +175,9 @@ std::string Screen(const Endpoint& e, double timeout) {
   std::string current = "?";
   if (p.is_object() && p.contains("current") && p["current"].is_object()) {
     const auto& c = p["current"];
-    current = std::to_string(c.value("num_nodes", 0)) + "x " + c.value("instance_type", "?") +
-              ", " + std::to_string(c.value("num_replicas", 0)) + " replicas, batch " +
-              std::to_string(c.value("global_batch", 0));
+    current = Num(num(c, "num_nodes"), "%.0f") + "x " + str(c, "instance_type", "?") + ", " +
+              Num(num(c, "num_replicas"), "%.0f") + " replicas, batch " +
+              Num(num(c, "global_batch"), "%.0f");
   }
   o << "now       " << current << ", " << cost(g("cost_rate_usd_per_hour"), "%.3f") << "/h\n";
   o << "step time " << Num(1e3 * g("step_time_seconds"), "%.1f") << " ms = compute "
@@ -185,7 +190,7 @@ std::string Screen(const Endpoint& e, double timeout) {
   if (r.is_object() && r.contains("proposed") && r["proposed"].is_object()) {
     const auto& pr = r["proposed"];
     const nlohmann::json cur = r.contains("current") ? r["current"] : nlohmann::json();
-    o << "advice    " << r.value("action", "?") << ": " << pr.value("description", "?") << "\n";
+    o << "advice    " << str(r, "action", "?") << ": " << str(pr, "description", "?") << "\n";
     if (r.contains("rate")) {  // no target: the rate objective
       o << "          " << cost(num(pr, "usd_per_progress"), "%.3g") << " per B0-step, "
         << Num(num(pr, "progress_per_hour"), "%.3g") << " B0-steps/h";
@@ -200,7 +205,7 @@ std::string Screen(const Endpoint& e, double timeout) {
         o << " (staying: " << Num(num(cur, "hours"), "%.3g") << " h, "
           << cost(num(cur, "cost_usd"), "%.3g") << ")";
     }
-    o << "\nreason    " << r.value("reason", "") << "\n";
+    o << "\nreason    " << str(r, "reason", "") << "\n";
   } else {
     o << "advice    none yet" << (rec.status == 503 ? " (the tuner has not published one)" : "")
       << "\n";

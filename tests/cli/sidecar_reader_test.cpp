@@ -60,6 +60,26 @@ TEST(SidecarReader, TruncatedSidecarOfAKilledJobReadsWhatItHas) {
   EXPECT_NE(all.find("no end record"), std::string::npos) << all;
 }
 
+// A damaged last record whose step is out of any integer's range, or not a number, is reported as
+// an unknown step (converting 2e67 to an integer is undefined behaviour: found by the fuzzer).
+TEST(SidecarReader, ADamagedStepIsReportedAsUnknown) {
+  const auto lines = Lines(kSidecar);
+  for (const std::string step : {"2.08889e+67", "\"forty\"", "-1e300", "null"}) {
+    auto j = nlohmann::json::parse(lines[1]);
+    j["step"] = nlohmann::json::parse(step);
+    const auto s = ReadSidecar(Write("damaged_step.jsonl", lines[0] + "\n" + j.dump() + "\n"));
+    std::string all;
+    for (const auto& p : s.Problems()) all += p + "\n";
+    EXPECT_NE(all.find("the report stops at step ?"), std::string::npos) << step << ": " << all;
+  }
+  auto j = nlohmann::json::parse(lines[1]);
+  j["step"] = 40;
+  const auto s = ReadSidecar(Write("damaged_step.jsonl", lines[0] + "\n" + j.dump() + "\n"));
+  std::string all;
+  for (const auto& p : s.Problems()) all += p + "\n";
+  EXPECT_NE(all.find("the report stops at step 40"), std::string::npos) << all;
+}
+
 TEST(SidecarReader, RefusesAForeignSchemaNamingFileAndLine) {
   const auto lines = Lines(kSidecar);
   std::string other = lines[1];
