@@ -158,7 +158,7 @@ std::string Screen(const Endpoint& e, double timeout) {
   // A string of `j` (`dflt` when it is absent or not a string).
   const auto str = [](const nlohmann::json& j, const char* key, const char* dflt) {
     return j.is_object() && j.contains(key) && j[key].is_string() ? j[key].get<std::string>()
-                                                                    : std::string(dflt);
+                                                                  : std::string(dflt);
   };
   // Costs in the recommendation's unit: dollars, or GPU-hours on machines no catalog prices.
   const bool gpu_hours = str(r, "cost_unit", "usd") == "gpu_hours";
