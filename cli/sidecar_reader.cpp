@@ -44,11 +44,12 @@ std::vector<std::string> Sidecar::Problems() const {
   if (!Last("recommendation"))
     p.push_back("no recommendation record: the tuner had not published one");
   if (!Last("end")) {
-    // The last record's step as written (a damaged file may hold any JSON value there).
-    const nlohmann::json* step = records.empty() ? nullptr : &records.back().json;
+    // The last record's step as written; a damaged file may hold any JSON value there.
     std::string at = "?";
-    if (step && step->contains("step") && (*step)["step"].is_number_integer())
-      at = (*step)["step"].dump();
+    if (!records.empty()) {
+      const auto step = records.back().json.find("step");
+      if (step != records.back().json.end() && step->is_number_integer()) at = step->dump();
+    }
     p.push_back("no end record: the job was killed or is still running; the report stops at step " +
                 at);
   }

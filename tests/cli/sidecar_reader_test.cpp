@@ -124,6 +124,28 @@ TEST(SidecarReader, InputsNameTheMissingField) {
   EXPECT_NE(r.err.find("inputs.noise.grad_sqr"), std::string::npos) << r.err;
 }
 
+// An integer field beyond int's range or with a fraction is named, not converted (converting 1e30
+// to an int is undefined).
+TEST(SidecarReader, AnIntegerFieldOutOfRangeIsNamed) {
+  for (const double bad : {1e30, -1e30, 2.5, 0.0}) {
+    std::string text;
+    for (const auto& l : Lines(kSidecar)) {
+      auto j = nlohmann::json::parse(l);
+      if (j["kind"] == "recommendation") j["inputs"]["current"]["num_nodes"] = bad;
+      text += j.dump() + "\n";
+    }
+    const auto s = ReadSidecar(Write("badint.jsonl", text));
+    try {
+      cloudtune::cli::InputsFromSidecar(s);
+      FAIL() << bad << " was accepted";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(": inputs.current.num_nodes: must be an integer >= 1"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+}
+
 // The spot exposure a job recorded comes back with its inputs (older sidecars have none); a bad
 // one is named.
 // The test sidecar with inputs.<field> = value in its recommendation records, written as `name`.

@@ -75,6 +75,28 @@ TEST(Status, CostsInGpuHoursWhereTheMachinesHaveNoPrice) {
   EXPECT_EQ(figures.find('$'), std::string::npos) << r.out;
 }
 
+// A reply whose fields have other types or numbers out of any integer's range (a damaged or
+// foreign endpoint) still gives a screen, with "?" where a field cannot be read.
+TEST(Status, FieldsOfAnotherTypeReadAsUnknown) {
+  HttpProviders p = Recorded(true);
+  nlohmann::json rec = nlohmann::json::parse(Slurp(kData + "status_recommendation.json"));
+  rec["cost_unit"] = 5;
+  rec["action"] = nlohmann::json::array({1, 2});
+  rec["reason"] = nullptr;
+  nlohmann::json prof = nlohmann::json::parse(Slurp(kData + "status_profile.json"));
+  prof["current"]["num_nodes"] = 1e300;
+  prof["current"]["instance_type"] = 7;
+  p.recommendation = [text = rec.dump()] { return text; };
+  p.profile_json = [text = prof.dump()] { return text; };
+  HttpServer server(HttpOptions{}, p);
+  std::string err;
+  ASSERT_TRUE(server.Start(&err)) << err;
+  const auto r = RunCli("status " + Url(server));
+  ASSERT_EQ(r.status, 0) << r.err;
+  for (const char* s : {"now       ", "x ?, 2 replicas, batch 138, $3.912/h", "advice    ?: "})
+    EXPECT_NE(r.out.find(s), std::string::npos) << s << "\n" << r.out;
+}
+
 TEST(Status, WatchRefreshes) {
   HttpServer server(HttpOptions{}, Recorded(true));
   std::string err;
