@@ -44,12 +44,26 @@ constexpr double kGaussW[] = {0.45714285714285713,  0.2401231786050127,   0.2401
                               0.030757123967586498, 0.030757123967586498, 0.0005482688559722184,
                               0.0005482688559722184};
 
-// What a measurement of e reveals: its step time only. The steps to the target (the statistical
-// efficiency at that batch) stay as uncertain, so a measurement resolves the step time's share of
-// e's uncertainty (Evaluate adds the two in quadrature). Returns that share; *steps_sigma the rest.
-double StepTimeSigma(const SearchProblem& p, const Evaluation& e, double* steps_sigma) {
-  *steps_sigma = p.predictor.steps(static_cast<double>(e.config.global_batch())).log_sigma;
-  return std::sqrt(std::max(0.0, e.log_sigma * e.log_sigma - *steps_sigma * *steps_sigma));
+// What a measurement of e reveals: its step time, and, at a global batch beyond the largest the
+// job has observed (SpaceOptions::observed_batch), the noise there too: the job records its
+// gradient statistics at the batch it runs, so the steps' extrapolation beyond the observed batch
+// (the growth term of the efficiency model, which grows with log(B / observed)) is resolved as
+// well. The steps' spread at the observed batch (the noise's growth with progress, its sampling
+// error) stays. Evaluate adds step time and steps in quadrature; returns the share revealed,
+// *steps_sigma the rest, *reveals_steps whether the steps' extrapolation is part of it.
+double RevealedSigma(const SearchProblem& p, const Evaluation& e, double* steps_sigma,
+                     bool* reveals_steps) {
+  const double b = static_cast<double>(e.config.global_batch());
+  const double s = p.predictor.steps(b).log_sigma;
+  const double b_max = p.space.observed_batch;
+  double beyond = 0;  // the steps' spread the extrapolation beyond b_max adds
+  if (b_max > 0 && b > b_max * (1 + 1e-9)) {
+    const double s0 = p.predictor.steps(b_max).log_sigma;
+    beyond = std::sqrt(std::max(0.0, s * s - s0 * s0));
+  }
+  *steps_sigma = std::sqrt(std::max(0.0, s * s - beyond * beyond));
+  *reveals_steps = beyond > 0;
+  return std::sqrt(std::max(0.0, e.log_sigma * e.log_sigma - s * s) + beyond * beyond);
 }
 
 // Hours a measurement of e costs from `from`: going there and, should it disappoint, coming back,
@@ -63,18 +77,19 @@ double MeasurementHours(const SearchProblem& p, const RecommendOptions& options,
 
 struct Exploration {
   const Evaluation* pick = nullptr;
-  double gain = 0;    // expected reduction of the expected excess (relative units)
-  double cost_x = 0;  // what the measurement adds to the excess (relative units)
-  double cost = 0;    // the measurement's cost (objective units)
-  double sigma = 0;   // the pick's step-time uncertainty
+  double gain = 0;     // expected reduction of the expected excess (relative units)
+  double cost_x = 0;   // what the measurement adds to the excess (relative units)
+  double cost = 0;     // the measurement's cost (objective units)
+  double sigma = 0;    // the pick's uncertainty a measurement reveals (RevealedSigma)
+  bool steps = false;  // ... its steps' extrapolation beyond the observed batch included
 };
 
 // When no candidate is predicted to meet the deadline or budget, measuring an instance type the
 // job has not run may still find one that does: its step times are projected from other hardware
 // (uncertain by up to a factor e), while a measured type's are predicted within a few percent and
 // measuring more of it does not change what made every candidate miss. The value of measuring
-// e: its step time is revealed (log-normal with the step time's share of its
-// uncertainty; the steps to the target stay uncertain), and the job keeps whichever of e and the
+// e: what a measurement reveals (RevealedSigma; log-normal; the rest of the steps' spread stays),
+// and the job keeps whichever of e and the
 // incumbent is then expected to miss least; against it, what the measurement window and the
 // switches there and back add to the excess. The pick pays for itself explore_ratio times over,
 // within the exploration budget, with the most gain per unit of excess spent.
@@ -94,7 +109,8 @@ Exploration ExploreTowardTheConstraints(const SearchProblem& p, const RecommendO
   for (const Evaluation& e : pool) {
     if (measured_types.count(e.config.type) || !std::isfinite(e.hours)) continue;
     double steps_sigma = 0;
-    const double step_sigma = StepTimeSigma(p, e, &steps_sigma);
+    bool reveals_steps = false;
+    const double step_sigma = RevealedSigma(p, e, &steps_sigma, &reveals_steps);
     if (!(step_sigma > 0)) continue;
     double after = 0;
     for (int i = 0; i < 7; ++i) {
@@ -111,7 +127,7 @@ Exploration ExploreTowardTheConstraints(const SearchProblem& p, const RecommendO
     const double score = gain / std::max(cost_x, 1e-12);
     if (score > best_score) {
       best_score = score;
-      best = {&e, gain, cost_x, cost, step_sigma};
+      best = {&e, gain, cost_x, cost, step_sigma, reveals_steps};
     }
   }
   return best;
@@ -136,7 +152,8 @@ Exploration ExploreForTheObjective(const SearchProblem& p, const RecommendOption
     const double miss = p.objective.Miss(e.hours, e.cost, e.log_sigma);
     const double max_factor = miss > 0 ? 1 / miss : kInfinity;
     double steps_sigma = 0;
-    const double step_sigma = StepTimeSigma(p, e, &steps_sigma);
+    bool reveals_steps = false;
+    const double step_sigma = RevealedSigma(p, e, &steps_sigma, &reveals_steps);
     const double ei = ExpectedImprovement(incumbent, v, step_sigma, max_factor);
     if (ei <= 0) continue;
     const double t_h = MeasurementHours(p, options, e, chosen);
@@ -152,7 +169,7 @@ Exploration ExploreForTheObjective(const SearchProblem& p, const RecommendOption
     const double score = ei / std::max(mcost, 1e-12);
     if (score > best_score) {
       best_score = score;
-      best = {&e, ei, 0.0, mcost, step_sigma};
+      best = {&e, ei, 0.0, mcost, step_sigma, reveals_steps};
     }
   }
   return best;
@@ -176,7 +193,8 @@ void Explore(const SearchProblem& p, const RecommendOptions& options, const Sear
       r->measurement_cost = x.cost;
       std::ostringstream m;
       m << "explore: measuring " << x.pick->config.ToString() << " (predicted "
-        << Value(goal, x.pick->Objective(goal), r->cost_unit) << ", step time ±" << std::fixed
+        << Value(goal, x.pick->Objective(goal), r->cost_unit)
+        << (x.steps ? ", step time and steps ±" : ", step time ±") << std::fixed
         << std::setprecision(0) << 100 * x.sigma << "%) has expected improvement "
         << Value(goal, x.gain, r->cost_unit) << " > measurement cost "
         << Value(goal, x.cost, r->cost_unit) << "; otherwise: " << why->str();
@@ -193,7 +211,8 @@ void Explore(const SearchProblem& p, const RecommendOptions& options, const Sear
       r->expected_improvement = x.gain * x.cost / std::max(x.cost_x, 1e-12);
       r->measurement_cost = x.cost;
       std::ostringstream m;
-      m << "explore: measuring " << x.pick->config.ToString() << " (step time ±" << std::fixed
+      m << "explore: measuring " << x.pick->config.ToString()
+        << (x.steps ? " (step time and steps ±" : " (step time ±") << std::fixed
         << std::setprecision(0) << 100 * x.sigma << "%) lowers the expected excess by "
         << std::setprecision(1) << 100 * x.gain << "% of the limit, more than "
         << options.explore_ratio << "x what the measurement adds (" << std::setprecision(2)

@@ -1,8 +1,9 @@
 // Exploration: when measuring a configuration the job has not run is worth its cost (Decide's
-// measurement step). A measurement reveals a configuration's step time; its value is the expected
-// improvement of the objective (when the incumbent meets the deadline and budget) or the expected
-// reduction of the excess over them (when nothing is predicted to meet them), against what the
-// measurement window and the switches there and back cost, within the exploration budget
+// measurement step). A measurement reveals a configuration's step time, and at a batch beyond the
+// largest the job has observed, the noise there (the steps' extrapolation); its value is the
+// expected improvement of the objective (when the incumbent meets the deadline and budget) or the
+// expected reduction of the excess over them (when nothing is predicted to meet them), against what
+// the measurement window and the switches there and back cost, within the exploration budget
 // (RecommendOptions::explore_ratio, exploration_budget_share).
 #pragma once
 

@@ -597,6 +597,32 @@ TEST(Search, HardwareAndFloppFromTheCatalog) {
   EXPECT_GT(Flopp(c, t4, Purchase::kSpot), Flopp(c, t4, Purchase::kOnDemand));
 }
 
+// A measurement beyond the largest batch the job has observed also records the noise there: it
+// reveals the steps' extrapolation, not only the step time (all certain here).
+TEST(Decide, AMeasurementBeyondTheObservedBatchRevealsItsStepsToo) {
+  Catalog c = SmallCatalog();
+  Config cur = OneT4Node();  // global batch 128
+  cur.purchase = Purchase::kSpot;
+  auto run = [&](double observed_batch) {
+    SearchProblem p = Problem(c);
+    p.space.allow_anchor = false;
+    p.space.types = {"t4x4"};
+    p.space.observed_batch = observed_batch;
+    p.predictor.steps = [base = Synthetic()](double b) {  // a long job, spread beyond 128
+      return Estimate{500 * base.steps(b).value, 0.02 + (b > 128 ? 0.4 * std::log(b / 128) : 0)};
+    };
+    p.current = &cur;
+    return Decide(p, {}, [&cur](const Config& cfg) { return cfg == cur; });
+  };
+  const Recommendation r = run(128);
+  ASSERT_EQ(r.action, Recommendation::Action::kMeasure) << r.reason;
+  EXPECT_GT(r.proposed.config.global_batch(), 128) << r.reason;
+  EXPECT_NE(r.reason.find("step time and steps ±"), std::string::npos) << r.reason;
+  EXPECT_GT(r.expected_improvement, r.measurement_cost);
+  // Nothing to reveal with the observed batch unknown, or beyond every batch the space holds.
+  for (double observed : {0.0, 1e6}) EXPECT_NE(run(observed).action, r.action) << observed;
+}
+
 TEST(Decide, MeasuresUncertainTypeOnlyWhenItCanPayOff) {
   Catalog c = SmallCatalog();
   Config cur;
