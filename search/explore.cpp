@@ -49,10 +49,13 @@ constexpr double kGaussW[] = {0.45714285714285713,  0.2401231786050127,   0.2401
 // gradient statistics at the batch it runs, so the steps' extrapolation beyond the observed batch
 // (the growth term of the efficiency model, which grows with log(B / observed)) is resolved as
 // well. The steps' spread at the observed batch (the noise's growth with progress, its sampling
-// error) stays. Evaluate adds step time and steps in quadrature; returns the share revealed,
-// *steps_sigma the rest, *reveals_steps whether the steps' extrapolation is part of it.
-double RevealedSigma(const SearchProblem& p, const Evaluation& e, double* steps_sigma,
-                     bool* reveals_steps) {
+// error) stays. Evaluate adds step time and steps in quadrature.
+struct Revealed {
+  double sigma = 0;        // the log uncertainty a measurement resolves
+  double steps_sigma = 0;  // the steps' log uncertainty it leaves
+  bool steps = false;      // the steps' extrapolation is part of `sigma`
+};
+Revealed Reveal(const SearchProblem& p, const Evaluation& e) {
   const double b = static_cast<double>(e.config.global_batch());
   const double s = p.predictor.steps(b).log_sigma;
   const double b_max = p.space.observed_batch;
@@ -61,9 +64,8 @@ double RevealedSigma(const SearchProblem& p, const Evaluation& e, double* steps_
     const double s0 = p.predictor.steps(b_max).log_sigma;
     beyond = std::sqrt(std::max(0.0, s * s - s0 * s0));
   }
-  *steps_sigma = std::sqrt(std::max(0.0, s * s - beyond * beyond));
-  *reveals_steps = beyond > 0;
-  return std::sqrt(std::max(0.0, e.log_sigma * e.log_sigma - s * s) + beyond * beyond);
+  return {std::sqrt(std::max(0.0, e.log_sigma * e.log_sigma - s * s) + beyond * beyond),
+          std::sqrt(std::max(0.0, s * s - beyond * beyond)), beyond > 0};
 }
 
 // Hours a measurement of e costs from `from`: going there and, should it disappoint, coming back,
@@ -77,20 +79,19 @@ double MeasurementHours(const SearchProblem& p, const RecommendOptions& options,
 
 struct Exploration {
   const Evaluation* pick = nullptr;
-  double gain = 0;     // expected reduction of the expected excess (relative units)
-  double cost_x = 0;   // what the measurement adds to the excess (relative units)
-  double cost = 0;     // the measurement's cost (objective units)
-  double sigma = 0;    // the pick's uncertainty a measurement reveals (RevealedSigma)
-  bool steps = false;  // ... its steps' extrapolation beyond the observed batch included
+  double gain = 0;    // expected reduction of the expected excess (relative units)
+  double cost_x = 0;  // what the measurement adds to the excess (relative units)
+  double cost = 0;    // the measurement's cost (objective units)
+  Revealed revealed;  // what measuring the pick resolves
 };
 
 // When no candidate is predicted to meet the deadline or budget, measuring an instance type the
 // job has not run may still find one that does: its step times are projected from other hardware
 // (uncertain by up to a factor e), while a measured type's are predicted within a few percent and
 // measuring more of it does not change what made every candidate miss. The value of measuring
-// e: what a measurement reveals (RevealedSigma; log-normal; the rest of the steps' spread stays),
-// and the job keeps whichever of e and the
-// incumbent is then expected to miss least; against it, what the measurement window and the
+// e: what a measurement reveals (Reveal; log-normal; the rest of the steps' spread stays), and
+// the job keeps whichever of e and the incumbent is then expected to miss least; against it,
+// what the measurement window and the
 // switches there and back add to the excess. The pick pays for itself explore_ratio times over,
 // within the exploration budget, with the most gain per unit of excess spent.
 Exploration ExploreTowardTheConstraints(const SearchProblem& p, const RecommendOptions& options,
@@ -108,14 +109,13 @@ Exploration ExploreTowardTheConstraints(const SearchProblem& p, const RecommendO
   double best_score = 0;
   for (const Evaluation& e : pool) {
     if (measured_types.count(e.config.type) || !std::isfinite(e.hours)) continue;
-    double steps_sigma = 0;
-    bool reveals_steps = false;
-    const double step_sigma = RevealedSigma(p, e, &steps_sigma, &reveals_steps);
-    if (!(step_sigma > 0)) continue;
+    const Revealed rv = Reveal(p, e);
+    if (!(rv.sigma > 0)) continue;
     double after = 0;
     for (int i = 0; i < 7; ++i) {
-      const double f = std::exp(step_sigma * kGaussZ[i]);
-      after += kGaussW[i] * std::min(inc, o.ExpectedExcess(e.hours * f, e.cost * f, steps_sigma));
+      const double f = std::exp(rv.sigma * kGaussZ[i]);
+      after +=
+          kGaussW[i] * std::min(inc, o.ExpectedExcess(e.hours * f, e.cost * f, rv.steps_sigma));
     }
     const double gain = inc - after;
     const double t_h = MeasurementHours(p, options, e, incumbent);
@@ -127,7 +127,7 @@ Exploration ExploreTowardTheConstraints(const SearchProblem& p, const RecommendO
     const double score = gain / std::max(cost_x, 1e-12);
     if (score > best_score) {
       best_score = score;
-      best = {&e, gain, cost_x, cost, step_sigma, reveals_steps};
+      best = {&e, gain, cost_x, cost, rv};
     }
   }
   return best;
@@ -151,10 +151,8 @@ Exploration ExploreForTheObjective(const SearchProblem& p, const RecommendOption
     // than predicted; the expected improvement counts only the outcomes that meet them.
     const double miss = p.objective.Miss(e.hours, e.cost, e.log_sigma);
     const double max_factor = miss > 0 ? 1 / miss : kInfinity;
-    double steps_sigma = 0;
-    bool reveals_steps = false;
-    const double step_sigma = RevealedSigma(p, e, &steps_sigma, &reveals_steps);
-    const double ei = ExpectedImprovement(incumbent, v, step_sigma, max_factor);
+    const Revealed rv = Reveal(p, e);
+    const double ei = ExpectedImprovement(incumbent, v, rv.sigma, max_factor);
     if (ei <= 0) continue;
     const double t_h = MeasurementHours(p, options, e, chosen);
     const double mcost = goal == Goal::kCost ? t_h * e.price_per_hour : t_h;
@@ -169,7 +167,7 @@ Exploration ExploreForTheObjective(const SearchProblem& p, const RecommendOption
     const double score = ei / std::max(mcost, 1e-12);
     if (score > best_score) {
       best_score = score;
-      best = {&e, ei, 0.0, mcost, step_sigma, reveals_steps};
+      best = {&e, ei, 0.0, mcost, rv};
     }
   }
   return best;
@@ -194,8 +192,8 @@ void Explore(const SearchProblem& p, const RecommendOptions& options, const Sear
       std::ostringstream m;
       m << "explore: measuring " << x.pick->config.ToString() << " (predicted "
         << Value(goal, x.pick->Objective(goal), r->cost_unit)
-        << (x.steps ? ", step time and steps ±" : ", step time ±") << std::fixed
-        << std::setprecision(0) << 100 * x.sigma << "%) has expected improvement "
+        << (x.revealed.steps ? ", step time and steps ±" : ", step time ±") << std::fixed
+        << std::setprecision(0) << 100 * x.revealed.sigma << "%) has expected improvement "
         << Value(goal, x.gain, r->cost_unit) << " > measurement cost "
         << Value(goal, x.cost, r->cost_unit) << "; otherwise: " << why->str();
       why->str(m.str());
@@ -212,8 +210,8 @@ void Explore(const SearchProblem& p, const RecommendOptions& options, const Sear
       r->measurement_cost = x.cost;
       std::ostringstream m;
       m << "explore: measuring " << x.pick->config.ToString()
-        << (x.steps ? " (step time and steps ±" : " (step time ±") << std::fixed
-        << std::setprecision(0) << 100 * x.sigma << "%) lowers the expected excess by "
+        << (x.revealed.steps ? " (step time and steps ±" : " (step time ±") << std::fixed
+        << std::setprecision(0) << 100 * x.revealed.sigma << "%) lowers the expected excess by "
         << std::setprecision(1) << 100 * x.gain << "% of the limit, more than "
         << options.explore_ratio << "x what the measurement adds (" << std::setprecision(2)
         << 100 * x.cost_x << "%); otherwise: " << why->str();
