@@ -557,8 +557,9 @@ void SolveKnots(const std::vector<Use>& use, const std::vector<double>& kp,
 
 // The growth exponent of rho0 beyond the observed progress, {mean, standard deviation}: the prior
 // updated by the least-squares slope of log r on log P (each observation brought to B0 by the
-// fitted drift) over the upper half (in log P) of the observed progress, with its standard error;
-// the prior alone with fewer than three observations there. The mean is kept within [0, 1].
+// fitted drift) over the upper half (in log P) of the observed progress, one point per doubling
+// of progress, with its standard error; the prior alone with fewer than three doublings there. The
+// mean is kept within [0, 1].
 std::pair<double, double> ProgressGrowth(const std::vector<Use>& use, const EfficiencyModel& m) {
   const std::pair<double, double> prior{kGrowthPriorMean, kGrowthPriorSigma};
   double lo = kInf, hi = 0;
@@ -580,6 +581,21 @@ std::pair<double, double> ProgressGrowth(const std::vector<Use>& use, const Effi
     y.push_back(u.log_r - std::log(m.NoiseRatioAt(b, u.progress) /
                                    m.NoiseRatioAt(m.base_batch(), u.progress)));
   }
+  // One point per doubling of progress, the mean of the records in it. Records come evenly in
+  // time, so in log P they crowd the latest doubling, and consecutive ones share most of the
+  // smoothed estimator's window: counted one by one they would weigh the last stretch alone and
+  // read its scatter as independent, a slope and a certainty the history does not show.
+  struct Bin {
+    double x = 0, y = 0;
+    int n = 0;
+  };
+  std::map<long, Bin> bins;
+  for (size_t i = 0; i < x.size(); ++i) {
+    Bin& b = bins[static_cast<long>(std::floor((x[i] - from) / std::log(2.0)))];
+    b.x += x[i], b.y += y[i], ++b.n;
+  }
+  x.clear(), y.clear();
+  for (const auto& [doubling, b] : bins) x.push_back(b.x / b.n), y.push_back(b.y / b.n);
   const size_t n = x.size();
   if (n < 3) return prior;
   double mx = 0, my = 0;

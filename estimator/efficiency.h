@@ -121,10 +121,12 @@ struct EfficiencyFitOptions {
   // fall (|G|^2 shrinks as the loss falls while tr(Sigma) does not), and SGD on a quadratic grows
   // it like P (delta = 1); so the prior is uniform on [0, 1] (mean 0.5, standard deviation
   // 1/sqrt(12) = 0.29), taken as normal. The job's own observations over the upper half (in log
-  // progress) of what it has seen give a least-squares slope and its standard error (three or
-  // more observations); delta is the posterior mean of the two, within [0, 1], and its posterior
-  // standard deviation widens every prediction beyond P_max. A faster growth (a decaying learning
-  // rate) is left to later observations. false = flat beyond P_max, with no such uncertainty.
+  // progress) of what it has seen, averaged per doubling of progress, give a least-squares slope
+  // and its standard error (three or more doublings; records evenly spaced in time would otherwise
+  // weigh the latest doubling alone, as if independent); delta is the posterior mean of the two,
+  // within [0, 1], and its posterior standard deviation widens every prediction beyond P_max. A
+  // faster growth (a decaying learning rate) is left to later observations. false = flat beyond
+  // P_max, with no such uncertainty.
   bool fit_progress_growth = true;
   bool IsValid(std::string* error) const;
 };

@@ -253,6 +253,39 @@ TEST(EfficiencyModel, ARunAtOneBatchUpdatesThePriorGrowthByWhatItsObservationsSh
   EXPECT_DOUBLE_EQ(back.progress_growth_sigma(), m.progress_growth_sigma());
 }
 
+// Records of r at batch 64, one every `every` units of progress up to 1000: r grows like P^0.5
+// up to P = 320, then stays flat (a learning rate's phase between two drops), with a scatter of
+// +-5 % from record to record.
+std::vector<NoiseObservation> GrowsThenLevels(double every) {
+  std::vector<NoiseObservation> obs;
+  int i = 0;
+  for (double p = 10; p <= 1000; p += every, ++i) {
+    const double h = std::sin(12.9898 * i) * 43758.5453;
+    const double eps = 0.05 * (2 * (h - std::floor(h)) - 1);
+    obs.push_back({64, p, 0, 0.01, 0.01 * 3 * std::sqrt(std::min(p, 320.0) / 10) * std::exp(eps)});
+  }
+  return obs;
+}
+
+TEST(EfficiencyModel, RecordsMoreOftenDoNotMakeTheGrowthForecastSurer) {
+  // Records come evenly in time, so most of them fall in the latest doubling of progress, here the
+  // flat stretch. Counted one by one they would weigh that stretch alone, read their scatter as
+  // independent (a growth known to a few thousandths), and ten times as many records as three
+  // times surer. Per doubling of progress the history shows growth, then none: the forecast stays
+  // between the two, and about as sure at either rate.
+  const NoiseState now{0.01, 0.01 * 3 * std::sqrt(32.0), 64};  // r at P = 1000
+  const EfficiencyModel sparse =
+      EfficiencyModel::FromNoiseAndHistory(now, GrowsThenLevels(10), 1000);
+  const EfficiencyModel dense = EfficiencyModel::FromNoiseAndHistory(now, GrowsThenLevels(1), 1000);
+  for (const EfficiencyModel* m : {&sparse, &dense}) {
+    EXPECT_GT(m->progress_growth(), 0.1);
+    EXPECT_LT(m->progress_growth(), 0.5);
+    EXPECT_GT(m->progress_growth_sigma(), 0.05);
+  }
+  EXPECT_NEAR(dense.progress_growth_sigma() / sparse.progress_growth_sigma(), 1.0, 0.15);
+  EXPECT_NEAR(dense.progress_growth(), sparse.progress_growth(), 0.05);
+}
+
 TEST(EfficiencyFit, FitsTheExponentFromThreeBatches) {
   EfficiencyFitOptions opt;
   EfficiencyModel m = FitEfficiency(Synthetic({64, 128, 512}, 0.6, 0.01), opt);
