@@ -90,10 +90,10 @@ struct Exploration {
 // (uncertain by up to a factor e), while a measured type's are predicted within a few percent and
 // measuring more of it does not change what made every candidate miss. The value of measuring
 // e: what a measurement reveals (Reveal; log-normal; the rest of the steps' spread stays), and
-// the job keeps whichever of e and the incumbent is then expected to miss least; against it,
-// what the measurement window and the
-// switches there and back add to the excess. The pick pays for itself explore_ratio times over,
-// within the exploration budget, with the most gain per unit of excess spent.
+// the job keeps whichever of e and the incumbent is then expected to miss least; against it, what
+// the measurement window and the switches there and back add to the excess. The pick pays for
+// itself explore_ratio times over, within the exploration budget, with the most gain per unit of
+// excess spent.
 Exploration ExploreTowardTheConstraints(const SearchProblem& p, const RecommendOptions& options,
                                         const std::vector<Evaluation>& pool,
                                         const Evaluation& incumbent,
