@@ -168,21 +168,27 @@ std::optional<Evaluation> BudgetFallback(const SearchProblem& p, const Recommend
   return *fallback;
 }
 
-// A configuration that misses the deadline on its own, run until the job decides again.
+// A configuration that misses the deadline on its own, run while a fallback still covers it.
 struct Bridge {
-  Evaluation run;       // what runs until the next decision
+  Evaluation run;       // what runs until the fallback must start (deciding again meanwhile)
   Evaluation fallback;  // what can still finish in time after it
-  double cost = 0;      // expected cost of the two, the window's progress counted
+  double stay_h = 0;    // the longest stay on `run` the fallback covers (>= one window)
+  double cost = 0;      // expected cost of the two over that stay, its progress counted
 };
 
-// RecommendOptions::decide_again_s under a deadline (the cost goal): the candidate of
-// SearchResult::deadline_bridges that lowers the expected cost most below `chosen`'s when it runs
-// until the next decision and the cheapest on-demand configuration that meets the deadline
-// finishes the rest. Safe only if that fallback, switched to after the window, still meets the
-// deadline and budget (margins included) even when the window made no progress at all (its spot
-// nodes revoked at once, say); on demand, because spot capacity may be gone by then. The gain
-// must exceed the hysteresis share of `chosen`'s cost, as any switch's must, and a spot shortage
-// must be what makes `chosen` dear (below). nullopt when none.
+// RecommendOptions::decide_again_s under a deadline (the cost goal): the pair of a candidate of
+// SearchResult::deadline_bridges and an on-demand configuration that meets the deadline (the
+// fallback) with the lowest expected cost below `chosen`'s, when the candidate runs as long as the
+// fallback, switched to after it, still meets the deadline and budget (margins included) even if
+// that stay made no progress at all (its spot nodes revoked at once, say), and the fallback
+// finishes the rest. The fallback is on demand because spot capacity may be gone by then. The job
+// decides again every window and stays while this holds, so the stay, not one window, is what the
+// pair saves over: a faster fallback leaves a longer stay on the cheaper configuration, which can
+// make the pair cheaper than with the cheapest fallback. The stay is at least one window (the
+// job cannot leave sooner). A new stay must save more than the hysteresis share of `chosen`'s cost,
+// as any switch must; the stay the job is on ends only when leaving it saves more than that share
+// of the stay's own cost, so that estimates which move by less do not flip the job between the
+// two. A spot shortage must be what makes `chosen` dear (below). nullopt when none.
 std::optional<Bridge> DeadlineBridge(const SearchProblem& p, const RecommendOptions& options,
                                      const SearchResult& sr, const Evaluation& chosen,
                                      const SearchResult* unlimited) {
@@ -190,30 +196,45 @@ std::optional<Bridge> DeadlineBridge(const SearchProblem& p, const RecommendOpti
   if (o.goal != Goal::kCost || !(o.deadline_h > 0) || !(options.decide_again_s > 0) ||
       !chosen.feasible || !(chosen.hours > 0))
     return std::nullopt;
-  const Evaluation* fallback = nullptr;
-  for (const Evaluation& e : sr.top)
-    if (e.feasible && e.config.purchase == Purchase::kOnDemand && e.hours > 0 &&
-        (!fallback || e.cost < fallback->cost))
-      fallback = &e;
-  if (!fallback) return std::nullopt;
   const double window_h = options.decide_again_s / 3600;
-  const double fb_train_h = std::max(0.0, fallback->hours - fallback->switch_s / 3600);
-  const double fb_rate = fallback->cost / fallback->hours;
   std::optional<Bridge> best;
-  for (const Evaluation& c : sr.deadline_bridges) {
-    if (!Runnable(p, c) || !(c.hours > 0) || !(c.cost < chosen.cost)) continue;
-    const double back_h =
-        (fallback->config.SameHardware(c.config) ? p.cost.batch_switch_s : p.cost.switch_s) / 3600;
-    const double c_rate = c.cost / c.hours;  // switch and expected revocations included
-    if (o.Miss(window_h + back_h + fb_train_h, c_rate * window_h + fb_rate * (back_h + fb_train_h),
-               fallback->log_sigma) > 1)
+  for (const Evaluation& fallback : sr.top) {
+    if (!fallback.feasible || fallback.config.purchase != Purchase::kOnDemand ||
+        !(fallback.hours > 0))
       continue;
-    const double c_train_h = std::max(1e-9, c.hours - c.switch_s / 3600);
-    const double done = std::clamp((window_h - c.switch_s / 3600) / c_train_h, 0.0, 1.0);
-    const double cost = c_rate * window_h + fb_rate * (back_h + fb_train_h * (1 - done));
-    const double gain = chosen.cost - cost;
-    if (gain > options.hysteresis * chosen.cost && (!best || cost < best->cost))
-      best = Bridge{c, *fallback, cost};
+    const double fb_train_h = std::max(0.0, fallback.hours - fallback.switch_s / 3600);
+    const double fb_rate = fallback.cost / fallback.hours;
+    for (const Evaluation& c : sr.deadline_bridges) {
+      if (!Runnable(p, c) || !(c.hours > 0) || !(c.cost < chosen.cost)) continue;
+      const double back_h =
+          (fallback.config.SameHardware(c.config) ? p.cost.batch_switch_s : p.cost.switch_s) / 3600;
+      const double c_rate = c.cost / c.hours;  // switch and expected revocations included
+      auto covered = [&](double stay_h) {
+        return o.Miss(stay_h + back_h + fb_train_h,
+                      c_rate * stay_h + fb_rate * (back_h + fb_train_h), fallback.log_sigma) <= 1;
+      };
+      if (!covered(window_h)) continue;
+      // The longest covered stay (Miss grows with it), no longer than c needs to finish.
+      double stay_h = window_h, hi = std::max(window_h, c.hours);
+      if (covered(hi)) {
+        stay_h = hi;
+      } else {
+        for (int i = 0; i < 40; ++i) {
+          const double mid = 0.5 * (stay_h + hi);
+          (covered(mid) ? stay_h : hi) = mid;
+        }
+      }
+      const double c_train_h = std::max(1e-9, c.hours - c.switch_s / 3600);
+      const double done = std::clamp((stay_h - c.switch_s / 3600) / c_train_h, 0.0, 1.0);
+      const double cost = c_rate * stay_h + fb_rate * (back_h + fb_train_h * (1 - done));
+      // The hysteresis favours the plan the job follows, as it does the current configuration:
+      // a new stay must save more than its share of `chosen`'s cost, and the stay the job is on
+      // ends only when leaving it now saves more than that share of its own.
+      const bool on_it = p.current && c.config == *p.current;
+      const bool worth = on_it ? chosen.cost > (1 - options.hysteresis) * cost
+                               : chosen.cost - cost > options.hysteresis * chosen.cost;
+      if (worth && (!best || cost < best->cost)) best = Bridge{c, fallback, stay_h, cost};
+    }
   }
   if (!best || p.space.spot_nodes_available.empty()) return std::nullopt;
   // Only through a spot shortage: with all the spot capacity it wants, the job would meet the
@@ -350,9 +371,10 @@ Recommendation Decide(const SearchProblem& problem, const RecommendOptions& opti
       r.action = keep ? Recommendation::Action::kKeep : Recommendation::Action::kSwitch;
       why.str("");
       why << "deadline: " << (keep ? "keeping " : "moving to ") << b->run.config.ToString()
-          << ", which misses the deadline on its own but costs less for the same progress, until "
-             "the next decision ("
-          << std::fixed << std::setprecision(0) << options.decide_again_s << " s); after it "
+          << ", which misses the deadline on its own but costs less for the same progress, while "
+             "the fallback still covers the deadline (up to "
+          << std::fixed << std::setprecision(2) << b->stay_h << " h, deciding again every "
+          << std::setprecision(0) << options.decide_again_s << " s); after it "
           << b->fallback.config.ToString()
           << " still meets the deadline even if that time makes no progress (expected "
           << Value(Goal::kCost, b->cost, unit) << " against "

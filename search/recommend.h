@@ -43,14 +43,16 @@ struct RecommendOptions {
   // budget's edge, and without this a job leaves its configuration whenever an estimate moves it a
   // cent over and takes it up again at the next.
   // Under a deadline (the cost goal), a configuration that misses the deadline on its own but costs
-  // less for the same progress than the one chosen (SearchResult::deadline_bridges) runs until then
-  // when the cheapest on-demand configuration that meets the deadline, switched to after that
-  // window, still meets deadline and budget (margins included) even if the window made no progress,
-  // and the expected cost of the two, the window's progress counted, is lower than the chosen
-  // one's by more than the hysteresis; and only while spot capacity is short (with all it wants,
-  // the job would meet the deadline for less than the chosen one). The job rides out a gap in spot
-  // capacity on a slower configuration instead of buying a fast on-demand cluster at the first
-  // gap; without a shortage it keeps its slack.
+  // less for the same progress than the one chosen (SearchResult::deadline_bridges) runs while an
+  // on-demand configuration that meets the deadline (the fallback), switched to after that stay,
+  // still meets deadline and budget (margins included) even if the stay made no progress. The job
+  // decides again every decide_again_s seconds (> 0 enables this; the stay is at least one such
+  // window), so the pair is priced over the whole stay the fallback covers, the stay's progress
+  // counted, and taken when its expected cost is lower than the chosen one's by more than the
+  // hysteresis; and only while spot capacity is short (with all it wants, the job would meet the
+  // deadline for less than the chosen one). The job rides out a gap in spot capacity on a slower
+  // configuration instead of buying a fast on-demand cluster at the first gap; without a shortage
+  // it keeps its slack.
   double decide_again_s = 0;
   // Measure when the expected improvement exceeds explore_ratio × the measurement's cost.
   double explore_ratio = 3.0;
@@ -120,9 +122,9 @@ struct Recommendation {
   // at the measurement's own cost per unit of excess.
   double expected_improvement = 0;
   double measurement_cost = 0;  // of that measurement (objective units)
-  // When `proposed` misses the deadline on its own and runs only until the next decision (see
-  // RecommendOptions::decide_again_s): the expected USD of it and of the on-demand configuration
-  // that finishes after it. 0 otherwise.
+  // When `proposed` misses the deadline on its own and runs only while a fallback covers the
+  // deadline (see RecommendOptions::decide_again_s): the expected USD of it over that stay and of
+  // the on-demand configuration that finishes after it. 0 otherwise.
   double bridge_cost = 0;
   Goal goal = Goal::kCost;
   std::string catalog_source;

@@ -191,8 +191,8 @@ struct SearchResult {
   std::vector<Evaluation> promising;
   // With the cost goal and a deadline: the candidates that miss the deadline on their own but meet
   // the budget, cheapest first (keep_top of them). Slower but cheaper for the same progress than
-  // any that meets the deadline, one may run until the job decides again while a configuration
-  // that meets it can still finish in time after that (RecommendOptions::decide_again_s).
+  // any that meets the deadline, one may run while a configuration that meets it can still finish
+  // in time after that (RecommendOptions::decide_again_s).
   std::vector<Evaluation> deadline_bridges;
   // The best candidate on the current configuration's hardware (SearchProblem::current: same type,
   // nodes, GPUs per node and purchase; only the batch differs), by the same ranking as `top`; none

@@ -285,5 +285,52 @@ TEST(Recommend, UnderADeadlineACheaperSlowConfigurationRunsWhileAFallbackStillMe
   EXPECT_EQ(od.reason.find("deadline: moving to"), std::string::npos) << od.reason;
 }
 
+// The job decides again every window and rides the cheaper configuration for as long as the
+// fallback still covers the deadline, so the bridge is priced over that whole stay. With decisions
+// a minute apart, one window's progress on the spot node saves less than the hysteresis; the stay
+// the slack allows saves far more, and the job rides the spot node. A window longer than any
+// fallback covers leaves the job on demand.
+TEST(Recommend, UnderADeadlineTheBridgeIsPricedOverTheWholeStayTheFallbackCovers) {
+  RecommendRequest req = MeasuredOnT4();
+  req.options.exploration_budget_share = 0;
+  req.options.space.spot_nodes_available = {{"g4dn.12xlarge", 1}};
+  const Recommendation free = Recommend(req);
+  ASSERT_EQ(free.best.config.purchase, Purchase::kSpot) << free.best.config.ToString();
+  ASSERT_EQ(free.best.config.nodes, 1);
+  req.options.objective.deadline_h = 0.6 * free.best.hours;  // the spot node alone misses it
+  req.options.decide_again_s = 60;
+  const Recommendation r = Recommend(req);
+  ASSERT_TRUE(r.best.feasible) << r.reason;
+  EXPECT_EQ(r.proposed.config.purchase, Purchase::kSpot) << r.reason;
+  EXPECT_EQ(r.proposed.config.nodes, 1) << r.reason;
+  EXPECT_EQ(r.reason.rfind("deadline: moving to", 0), 0u) << r.reason;
+  EXPECT_NE(r.reason.find("while the fallback still covers the deadline"), std::string::npos)
+      << r.reason;
+  // The plan's expected cost is well below the best configuration that meets the deadline alone.
+  ASSERT_GT(r.bridge_cost, 0);
+  EXPECT_LT(r.bridge_cost, (1 - 2 * req.options.hysteresis) * r.best.cost)
+      << r.bridge_cost << " vs " << r.best.cost;
+  // The hysteresis favours the stay the job is on. With one so large that no new stay pays, the job
+  // does not move to the spot node (it rides its own on-demand node instead, a stay it is already
+  // on); a job already on the spot node keeps it, as leaving saves too little.
+  RecommendRequest sticky = req;
+  sticky.options.hysteresis = 0.3;  // above the stay's saving, below what spot at will saves
+  ASSERT_LT(r.best.cost - r.bridge_cost, sticky.options.hysteresis * r.best.cost);
+  const Recommendation fresh = Recommend(sticky);
+  EXPECT_EQ(fresh.proposed.config.purchase, Purchase::kOnDemand) << fresh.reason;
+  EXPECT_EQ(fresh.reason.find("deadline: moving to"), std::string::npos) << fresh.reason;
+  sticky.current = r.proposed.config;
+  const Recommendation on_it = Recommend(sticky);
+  EXPECT_EQ(on_it.proposed.config, r.proposed.config) << on_it.reason;
+  EXPECT_EQ(on_it.action, Recommendation::Action::kKeep) << on_it.reason;
+  EXPECT_EQ(on_it.reason.rfind("deadline: keeping", 0), 0u) << on_it.reason;
+  // A stay of at least one window that no fallback covers: nothing to ride, on demand now.
+  RecommendRequest late = req;
+  late.options.decide_again_s = 0.9 * req.options.objective.deadline_h * 3600;
+  const Recommendation t = Recommend(late);
+  EXPECT_EQ(t.proposed.config.purchase, Purchase::kOnDemand) << t.reason;
+  EXPECT_EQ(t.reason.find("deadline: moving to"), std::string::npos) << t.reason;
+}
+
 }  // namespace
 }  // namespace cloudtune::search
