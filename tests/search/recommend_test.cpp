@@ -237,6 +237,32 @@ TEST(Recommend, ABudgetIsPlannedOnTheFlatForecastAndTheRestOnTheGrowth) {
   }
 }
 
+// Behind its deadline, the job keeps the batch the search chose: it observes its noise at the
+// batch it runs, and the largest batch observed bounds how far its batch may grow next, so the
+// smaller batch for the noise now would slow the growth it needs to catch up.
+TEST(Recommend, BehindItsDeadlineTheJobKeepsTheBatchTheSearchChose) {
+  RecommendRequest req = MeasuredOnT4();
+  req.noise.reset();
+  req.efficiency = GrowingNoise();
+  req.options.current_progress = 1e4;
+  req.options.exploration_budget_share = 0;
+  req.options.space.max_nodes = 1;  // the job's own node: only its batch can change
+  // A deadline the job meets: the batch for the noise now is taken up, smaller than the searched.
+  const Recommendation free = Recommend(req);
+  req.options.objective.deadline_h = 2 * free.best.hours;
+  const Recommendation met = Recommend(req);
+  ASSERT_TRUE(met.best.feasible) << met.reason;
+  EXPECT_NE(met.reason.find("for the noise now"), std::string::npos) << met.reason;
+  // A deadline nothing meets: the proposal is the batch expected to be least late.
+  req.options.objective.deadline_h = 0.3 * free.best.hours;
+  const Recommendation behind = Recommend(req);
+  ASSERT_FALSE(behind.best.feasible) << behind.reason;
+  EXPECT_EQ(behind.reason.find("for the noise now"), std::string::npos) << behind.reason;
+  EXPECT_EQ(behind.proposed.config, behind.best.config) << behind.proposed.config.ToString();
+  EXPECT_GT(behind.proposed.config.global_batch(), met.proposed.config.global_batch())
+      << behind.proposed.config.ToString() << " vs " << met.proposed.config.ToString();
+}
+
 // MeasuredOnT4 with one spot node to be had and no exploration: without a deadline the spot node
 // is the cheapest (checked), and its hours are returned.
 double OneSpotNodeOnT4(RecommendRequest* req) {
