@@ -468,9 +468,9 @@ std::function<Estimate(double)> StepsPredictor(
 // so it runs now the batch that is best for the noise now (the flat forecast) on the hardware
 // chosen, never above the batch the search chose, and only beyond the hysteresis: in a switch's
 // proposal and in the batch taken up in process. Not when the proposal misses the deadline: the
-// job is behind, the job observes its noise at the batch it runs, and the largest batch observed
-// bounds how far the batch may grow at the next decision (SpaceOptions::max_batch_growth), so a
-// smaller batch now slows the growth the job needs to catch up.
+// job is behind; it observes its noise at the batch it runs, and the largest batch observed bounds
+// how far the batch may grow at the next decision (SpaceOptions::max_batch_growth), so a smaller
+// batch now slows the growth the job needs to catch up.
 void TakeTheBatchForTheNoiseNow(const SearchProblem& p, const estimator::EfficiencyModel& eff,
                                 const RecommendOptions& options, Recommendation* r) {
   if (r->action == Recommendation::Action::kMeasure && !r->in_process) return;

@@ -50,10 +50,10 @@ struct RecommendOptions {
   // window), so the pair is priced over the whole stay the fallback covers, the stay's progress
   // counted, and taken when its expected cost is lower than the chosen one's by more than the
   // hysteresis (a stay the job is already on is kept unless leaving it saves more than the
-  // hysteresis of its own cost); and only while spot capacity is short (with all it wants, the job would meet the
-  // deadline for less than the chosen one). The job rides out a gap in spot capacity on a slower
-  // configuration instead of buying a fast on-demand cluster at the first gap; without a shortage
-  // it keeps its slack.
+  // hysteresis of its own cost); and only while spot capacity is short (with all it wants, the job
+  // would meet the deadline for less than the chosen one). The job rides out a gap in spot capacity
+  // on a slower configuration instead of buying a fast on-demand cluster at the first gap; without
+  // a shortage it keeps its slack.
   double decide_again_s = 0;
   // Measure when the expected improvement exceeds explore_ratio × the measurement's cost.
   double explore_ratio = 3.0;
