@@ -1,11 +1,13 @@
 // cloudtune replay: jobs replayed over measured traces (cli/replay/replay.h).
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <iomanip>
 #include <iostream>
 #include <limits>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <sstream>
 
 #include "cli/commands.h"
@@ -24,16 +26,44 @@ namespace {
 
 constexpr double kInfinity = std::numeric_limits<double>::infinity();
 
-// Replays every seed (the seeds at once on `jobs` threads, 0 = one per core): each run has its own
-// simulator and runtime, the scenario and the oracle's tables are only read. Results in seed order.
-std::vector<std::vector<replay::PolicyResult>> RunSeeds(const replay::Scenario& s,
-                                                        const std::vector<uint64_t>& seeds,
-                                                        const replay::Oracle& oracle,
-                                                        unsigned jobs) {
-  std::vector<std::vector<replay::PolicyResult>> out(seeds.size());
-  replay::ParallelFor(seeds.size(), jobs,
-                      [&](size_t i) { out[i] = replay::RunReplay(s, seeds[i], &oracle); });
-  return out;
+// One scenario of a replay command: its seeds' runs, and the oracle's tables while they run.
+struct ScenarioRuns {
+  replay::Scenario scenario;
+  std::vector<uint64_t> seeds;
+  std::vector<std::vector<replay::PolicyResult>> results;  // by seed
+  std::once_flag built;
+  std::unique_ptr<replay::Oracle> oracle;  // its tables serve every seed; freed after the last
+  std::atomic<size_t> left{0};             // seeds not yet replayed
+};
+
+// Replays every seed of every scenario on `jobs` threads (0 = one per core), all runs in one pool
+// so that no core idles at the end of a scenario with fewer seeds left than cores. Each run has
+// its own simulator and runtime; the scenario and the oracle's tables are only read. A scenario's
+// tables are built by the first of its runs to start (on the same threads) and freed when its last
+// run ends: runs start in scenario order, so only the scenarios in flight hold tables. The results
+// do not depend on the threads.
+void RunAll(std::vector<std::unique_ptr<ScenarioRuns>>* all, const replay::OracleOptions& oo,
+            unsigned jobs) {
+  std::vector<std::pair<size_t, size_t>> runs;  // (scenario, seed index)
+  for (size_t i = 0; i < all->size(); ++i) {
+    ScenarioRuns& sr = *(*all)[i];
+    sr.results.resize(sr.seeds.size());
+    sr.left = sr.seeds.size();
+    for (size_t k = 0; k < sr.seeds.size(); ++k) runs.emplace_back(i, k);
+  }
+  Progress progress("replay", static_cast<int>(runs.size()));
+  std::mutex shown;
+  int done = 0;
+  replay::ParallelFor(runs.size(), jobs, [&](size_t r) {
+    ScenarioRuns& sr = *(*all)[runs[r].first];
+    std::call_once(sr.built,
+                   [&] { sr.oracle = std::make_unique<replay::Oracle>(sr.scenario, oo); });
+    const size_t k = runs[r].second;
+    sr.results[k] = replay::RunReplay(sr.scenario, sr.seeds[k], sr.oracle.get());
+    if (--sr.left == 0) sr.oracle.reset();
+    std::lock_guard<std::mutex> lock(shown);
+    progress.Step(++done, sr.scenario.name + " seed " + std::to_string(sr.seeds[k]));
+  });
 }
 
 // What the summary gathers over runs.
@@ -219,23 +249,28 @@ void RegisterReplayCommand(CLI::App& app) {
     jr["schema"] = "cloudtune.replay/1";
     jr["runs"] = nlohmann::json::array();
     Totals t;
-    Progress progress("replay", static_cast<int>(pa->scenarios.size()));
-    int scenario_index = 0;
-    for (const auto& path : pa->scenarios) {
-      ++scenario_index;
-      progress.Step(scenario_index, "loading " + path);
-      replay::Scenario s = replay::LoadScenario(path, pa->carry);
-      const auto seeds = pa->seeds.empty() ? s.seeds : pa->seeds;
-      replay::OracleOptions oo;
-      oo.schedule = pa->oracle_schedule || pa->schedules;
-      oo.levels = pa->oracle_levels;
-      oo.threads = pa->jobs;
-      const replay::Oracle hindsight(s, oo);  // its tables serve every seed
-      progress.Step(scenario_index, s.name + ": " + std::to_string(seeds.size()) + " seed(s)");
-      const auto all = RunSeeds(s, seeds, hindsight, pa->jobs);
+    std::vector<std::unique_ptr<ScenarioRuns>> scenarios;
+    {
+      Progress progress("replay", static_cast<int>(pa->scenarios.size()));
+      for (const auto& path : pa->scenarios) {
+        progress.Step(static_cast<int>(scenarios.size()) + 1, "loading " + path);
+        auto sr = std::make_unique<ScenarioRuns>();
+        sr->scenario = replay::LoadScenario(path, pa->carry);
+        sr->seeds = pa->seeds.empty() ? sr->scenario.seeds : pa->seeds;
+        scenarios.push_back(std::move(sr));
+      }
+    }
+    replay::OracleOptions oo;
+    oo.schedule = pa->oracle_schedule || pa->schedules;
+    oo.levels = pa->oracle_levels;
+    oo.threads = pa->jobs;
+    RunAll(&scenarios, oo, pa->jobs);
+    for (const auto& sr : scenarios) {
+      const replay::Scenario& s = sr->scenario;
+      const auto& seeds = sr->seeds;
       for (size_t si = 0; si < seeds.size(); ++si) {
         const uint64_t seed = seeds[si];
-        const auto& res = all[si];
+        const auto& res = sr->results[si];
         double oracle = 0, oracle_lower = 0, oracle_lower_h = 0, fixed = 0, fixed_spot = 0;
         double cloudtune = 0, up = 0;
         double hindsight_fixed = 0, oracle_h = 0, cloudtune_h = 0;
