@@ -236,8 +236,8 @@ void RegisterReplayCommand(CLI::App& app) {
       ->check(CLI::Range(2, 100000));
   rep->add_option(
       "-j,--jobs", pa->jobs,
-      "Threads: the seeds replayed at once and the oracle's tables (0 = one per CPU core; "
-      "the output is the same)");
+      "Threads: the runs (every seed of every scenario) replayed at once and the oracle's "
+      "tables (0 = one per CPU core; the output is the same)");
   rep->add_flag("--schedules", pa->schedules,
                 "Print every policy's schedule (its configurations and when it changed them; "
                 "implies --oracle-schedule)");

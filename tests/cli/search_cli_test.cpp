@@ -345,19 +345,24 @@ TEST(ReplayCli, EveryRunsHeaderStatesTheConstraintsInFull) {
   }
 }
 
-// Seeds replayed at once on several threads give exactly what one thread gives, in seed order.
-TEST(ReplayCli, ParallelSeedsGiveTheSameOutput) {
+// The runs of several scenarios replayed at once on several threads (one pool for every seed of
+// every scenario) give exactly what one thread gives, in scenario and seed order.
+TEST(ReplayCli, ParallelRunsGiveTheSameOutput) {
   CLOUDTUNE_NEEDS_SHARED_DATA();
-  const std::string path = kScenarios + "pollux-cifar10-g4dn.json";
-  Result one = RunCli("replay " + path + " --seeds 3 1 2 --format json --jobs 1");
-  Result three = RunCli("replay " + path + " --seeds 3 1 2 --format json --jobs 3");
+  const std::string paths =
+      kScenarios + "pollux-cifar10-g4dn.json " + kScenarios + "pollux-ncf-measured.json";
+  Result one = RunCli("replay " + paths + " --seeds 3 1 2 --format json --jobs 1");
+  Result three = RunCli("replay " + paths + " --seeds 3 1 2 --format json --jobs 3");
   ASSERT_EQ(one.status, 0) << one.err;
   ASSERT_EQ(three.status, 0) << three.err;
   EXPECT_EQ(one.out, three.out);
   const auto j = nlohmann::json::parse(one.out);
-  ASSERT_EQ(j["runs"].size(), 3u);
+  ASSERT_EQ(j["runs"].size(), 6u);
   EXPECT_EQ(j["runs"][0]["seed"], 3);
   EXPECT_EQ(j["runs"][2]["seed"], 2);
+  EXPECT_EQ(j["runs"][0]["scenario"], "pollux-cifar10-g4dn");
+  EXPECT_EQ(j["runs"][3]["scenario"], "pollux-ncf-measured");
+  EXPECT_EQ(j["runs"][3]["seed"], 3);
 }
 
 // A policy that never reaches the target has bought nothing at any cost: the table says so, the
