@@ -36,6 +36,23 @@ struct ScenarioRuns {
   std::atomic<size_t> left{0};             // seeds not yet replayed
 };
 
+// Loads every scenario (the first bad file throws, naming it), each with the seeds given, else its
+// own.
+std::vector<std::unique_ptr<ScenarioRuns>> LoadAll(const std::vector<std::string>& paths,
+                                                   const std::vector<uint64_t>& seeds,
+                                                   const std::string& carry) {
+  std::vector<std::unique_ptr<ScenarioRuns>> all;
+  Progress progress("replay", static_cast<int>(paths.size()));
+  for (const auto& path : paths) {
+    progress.Step(static_cast<int>(all.size()) + 1, "loading " + path);
+    auto sr = std::make_unique<ScenarioRuns>();
+    sr->scenario = replay::LoadScenario(path, carry);
+    sr->seeds = seeds.empty() ? sr->scenario.seeds : seeds;
+    all.push_back(std::move(sr));
+  }
+  return all;
+}
+
 // Replays every seed of every scenario on `jobs` threads (0 = one per core), all runs in one pool
 // so that no core idles at the end of a scenario with fewer seeds left than cores. Each run has
 // its own simulator and runtime; the scenario and the oracle's tables are only read. A scenario's
@@ -249,17 +266,7 @@ void RegisterReplayCommand(CLI::App& app) {
     jr["schema"] = "cloudtune.replay/1";
     jr["runs"] = nlohmann::json::array();
     Totals t;
-    std::vector<std::unique_ptr<ScenarioRuns>> scenarios;
-    {
-      Progress progress("replay", static_cast<int>(pa->scenarios.size()));
-      for (const auto& path : pa->scenarios) {
-        progress.Step(static_cast<int>(scenarios.size()) + 1, "loading " + path);
-        auto sr = std::make_unique<ScenarioRuns>();
-        sr->scenario = replay::LoadScenario(path, pa->carry);
-        sr->seeds = pa->seeds.empty() ? sr->scenario.seeds : pa->seeds;
-        scenarios.push_back(std::move(sr));
-      }
-    }
+    auto scenarios = LoadAll(pa->scenarios, pa->seeds, pa->carry);
     replay::OracleOptions oo;
     oo.schedule = pa->oracle_schedule || pa->schedules;
     oo.levels = pa->oracle_levels;
