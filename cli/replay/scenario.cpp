@@ -22,6 +22,17 @@ std::string JoinPath(const std::string& dir, const std::string& p) {
   return dir + "/" + p;
 }
 
+// Reads a file the scenario names at `where` (its file and field): a file that cannot be read, or
+// whose content is bad, is reported under the scenario's field as well as by its own name.
+template <class Read>
+auto Referenced(const std::string& where, Read&& read) -> decltype(read()) {
+  try {
+    return read();
+  } catch (const InputError& e) {
+    throw InputError(where + ": " + e.what());
+  }
+}
+
 // An integer member that fits an int, or `dflt` when absent. (nlohmann's get<int> of 1e30 or of a
 // 64-bit integer is an out-of-range conversion, undefined for a floating-point value.)
 int IntField(const nlohmann::json& j, const char* key, int dflt, const std::string& where) {
@@ -39,7 +50,8 @@ std::vector<core::Measurement> ReadGavel(const nlohmann::json& g, const std::str
   for (const char* k : {"file", "gpu", "model", "nodes", "replicas"})
     if (!g.contains(k)) throw InputError(where + ": missing field '" + std::string(k) + "'");
   const std::string path = JoinPath(dir, g["file"].get<std::string>());
-  const nlohmann::json data = core::ReadJsonFile(path);
+  const nlohmann::json data =
+      Referenced(where + ": file", [&] { return core::ReadJsonFile(path); });
   const int nodes = IntField(g, "nodes", 0, where), replicas = IntField(g, "replicas", 0, where);
   if (nodes < 1 || replicas < nodes || replicas % nodes)
     throw InputError(where + ": nodes/replicas: need replicas a positive multiple of nodes");
@@ -131,15 +143,17 @@ void ParseMeasuredTruth(const nlohmann::json& j, const std::string& name,
       j.contains("carry")
           ? MeasuredSteps::ParseCarry(j["carry"].get<std::string>(), name + ": carry")
           : MeasuredSteps::Carry::kMetric;
-  s.measured = std::make_shared<MeasuredSteps>(MeasuredSteps::Load(runs, carry));
   for (const auto& [b, path] : runs) {  // what a job running at each batch measures
-    auto obs = estimator::ReadValidationTrace(path, b);
+    auto obs = Referenced(name + ": validation: \"" + std::to_string(b) + "\"",
+                          [&] { return estimator::ReadValidationTrace(path, b); });
     std::sort(obs.begin(), obs.end(),
               [](const core::NoiseObservation& x, const core::NoiseObservation& y) {
                 return x.progress < y.progress;
               });
     s.noise_by_batch[b] = std::move(obs);
   }
+  s.measured = std::make_shared<MeasuredSteps>(
+      Referenced(name + ": validation", [&] { return MeasuredSteps::Load(runs, carry); }));
   if (s.base_batch != s.measured->min_batch())
     throw InputError(name + ": noise: base_batch " + std::to_string(s.base_batch) +
                      " must be the smallest validation batch (" +
@@ -183,7 +197,9 @@ void ParseSpot(const nlohmann::json& sp, const std::string& w, const std::string
       throw InputError(w + ": traces: '" + it.key() + "' is not in the catalog");
     if (!it.value().is_string())
       throw InputError(w + ": traces: " + it.key() + ": expected a path");
-    s.spot.emplace(it.key(), SpotTrace::Load(JoinPath(base_dir, it.value().get<std::string>())));
+    const std::string path = JoinPath(base_dir, it.value().get<std::string>());
+    s.spot.emplace(it.key(),
+                   Referenced(w + ": traces: " + it.key(), [&] { return SpotTrace::Load(path); }));
   }
 }
 
@@ -227,7 +243,7 @@ Scenario ParseScenarioFields(const nlohmann::json& j, const std::string& name,
     if (tr.contains("csv")) {
       std::vector<std::string> paths;
       for (auto& p : tr["csv"]) paths.push_back(JoinPath(base_dir, p.get<std::string>()));
-      ms = estimator::ReadTraces(paths);
+      ms = Referenced(where + ": csv", [&] { return estimator::ReadTraces(paths); });
     } else if (tr.contains("gavel")) {
       ms = ReadGavel(tr["gavel"], where + ": gavel", base_dir, type);
     } else {
@@ -255,9 +271,10 @@ Scenario ParseScenarioFields(const nlohmann::json& j, const std::string& name,
   s.base_batch = NumberField(j["noise"], "base_batch", 0, name + ": noise", true);
   if (s.base_batch <= 0) throw InputError(name + ": noise: missing field 'base_batch'");
   double max_progress = 0;
-  s.noise = estimator::ReadValidationTrace(
-      JoinPath(base_dir, j["noise"]["validation_csv"].get<std::string>()), s.base_batch,
-      &max_progress);
+  const std::string noise_csv = JoinPath(base_dir, j["noise"]["validation_csv"].get<std::string>());
+  s.noise = Referenced(name + ": noise: validation_csv", [&] {
+    return estimator::ReadValidationTrace(noise_csv, s.base_batch, &max_progress);
+  });
   std::sort(s.noise.begin(), s.noise.end(),
             [](const core::NoiseObservation& a, const core::NoiseObservation& b) {
               return a.progress < b.progress;

@@ -153,6 +153,16 @@ TEST(Replay, RevocationsFromACapacityTraceAndDeadlinesReported) {
   j["spot"]["reading"] = "count";
   j["spot"]["traces"] = {{"no-such-type", trace}};
   EXPECT_EQ(ErrorOf(j), "s.json: spot: traces: 'no-such-type' is not in the catalog");
+  // A trace file that is missing or not a trace: named with the field that names it.
+  j["spot"]["traces"] = {{"g4dn.12xlarge", "missing.json"}};
+  EXPECT_EQ(ErrorOf(j),
+            "s.json: spot: traces: g4dn.12xlarge: " + kScenarios + "/missing.json: cannot open");
+  j["spot"]["traces"] = {{"g4dn.12xlarge", "pollux-cifar10-g4dn.json"}};  // JSON, not a trace
+  EXPECT_EQ(
+      ErrorOf(j).rfind(
+          "s.json: spot: traces: g4dn.12xlarge: " + kScenarios + "/pollux-cifar10-g4dn.json: ", 0),
+      0u)
+      << ErrorOf(j);
 }
 
 // Measured truth: steps come from the validation runs at each batch, not from a model.
@@ -188,6 +198,9 @@ TEST(Replay, MeasuredTruthFromTheValidationRunsAtEachBatch) {
   EXPECT_EQ(ErrorOf(j),
             "s.json: validation: \"big\": expected a batch size (>= 1) naming a validation CSV "
             "path");
+  j["validation"] = v;
+  j["validation"]["256"] = "missing.csv";
+  EXPECT_EQ(ErrorOf(j), "s.json: validation: \"256\": " + kScenarios + "/missing.csv: cannot open");
   j["validation"] = v;
   j["target_metric"] = 2.0;
   EXPECT_NE(ErrorOf(j).find("target_metric: 2.000000 is beyond what every measured run reaches"),
@@ -627,6 +640,14 @@ TEST(Replay, BadScenarioMessages) {
   EXPECT_EQ(ErrorOf(j), "s.json: gradient_bytes: must be >= 0");
   j["gradient_bytes"] = "100MB";
   EXPECT_EQ(ErrorOf(j), "s.json: gradient_bytes: not a number");
+  // A file the scenario names that cannot be read: named with the field that names it.
+  j = Base();
+  j["traces"][0]["csv"] = {"missing.csv"};
+  EXPECT_EQ(ErrorOf(j), "s.json: traces[0]: csv: " + kScenarios + "/missing.csv: cannot open");
+  j = Base();
+  j["noise"]["validation_csv"] = "missing.csv";
+  EXPECT_EQ(ErrorOf(j),
+            "s.json: noise: validation_csv: " + kScenarios + "/missing.csv: cannot open");
   j = Base();
   j["noise"].erase("validation_csv");
   EXPECT_EQ(ErrorOf(j), "s.json: noise: missing field 'validation_csv'");
