@@ -5,6 +5,7 @@
 #include <iomanip>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -519,6 +520,52 @@ void TakeTheBatchForTheNoiseNow(const SearchProblem& p, const estimator::Efficie
 
 }  // namespace
 
+namespace {
+// See RecommendOptions::observe_batch_first.
+void ObserveTheBatchFirst(const SearchProblem& p, const std::vector<core::Measurement>& profile,
+                          Recommendation* r) {
+  if (!r->has_current || !p.current || p.relaunch_current) return;
+  if (!(p.objective.deadline_h > 0) || r->action != Recommendation::Action::kSwitch) return;
+  const Config& cur = *p.current;
+  if (r->proposed.config.SameHardware(cur) || !Runnable(p, r->current)) return;
+  std::set<int> per_gpu;  // samples per GPU per micro-step, measured on this type
+  for (const auto& m : profile)
+    if (m.key.instance_type == cur.type) per_gpu.insert(m.key.local_bsz);
+  if (per_gpu.size() != 1) return;
+  const int measured = *per_gpu.begin();
+  const long long bound = p.space.GrowthBound(cur.global_batch());
+  std::optional<Evaluation> best;  // the largest batch on the current hardware within the bound
+  auto offer = [&](const Config& base) {
+    Config c = base;
+    c.purchase = cur.purchase;
+    // More samples per micro-step (accumulated micro-steps repeat the one measured).
+    if (!c.SameHardware(cur) || (bound > 0 && c.global_batch() > bound) ||
+        c.accum_steps != cur.accum_steps || c.local_bsz < 2 * measured)
+      return;
+    if (best && c.global_batch() <= best->config.global_batch()) return;
+    Evaluation e = Evaluate(p, c);
+    if (std::isfinite(e.hours) && Runnable(p, e)) best = std::move(e);
+  };
+  if (!p.candidates.empty()) {
+    for (const Config& c : p.candidates) offer(c);
+  } else {
+    SpaceOptions space = p.space;
+    space.types = {cur.type};
+    ForEachCandidate(*p.catalog, space, [&](const InstanceType&, const Config& c) { offer(c); });
+  }
+  if (!best) return;
+  r->reason = "observe: measuring the current hardware at batch " +
+              std::to_string(best->config.global_batch()) +
+              " first, in process: its step time was measured at one per-GPU batch, which does "
+              "not tell how it grows with the batch, and the move under the deadline rests on "
+              "that; then: " +
+              r->reason;
+  r->action = Recommendation::Action::kMeasure;
+  r->proposed = *best;
+  r->in_process = *best;
+}
+}  // namespace
+
 Recommendation Recommend(const RecommendRequest& req) {
   const Catalog& catalog = req.catalog ? *req.catalog : DefaultCatalog();
   std::string err;
@@ -628,6 +675,7 @@ Recommendation Recommend(const RecommendRequest& req) {
     }
   }
   if (eff->progress_growth() > 0) TakeTheBatchForTheNoiseNow(p, *eff, req.options, &r);
+  if (req.options.observe_batch_first) ObserveTheBatchFirst(p, profile, &r);
   for (const auto& type : predictor->model().types())
     r.throughput_models[type] = predictor->model().model(type).ToJson();
   // (Not while a spot shortage is waited out: waiting costs a spot cluster nothing.)

@@ -55,6 +55,15 @@ struct RecommendOptions {
   // on a slower configuration instead of buying a fast on-demand cluster at the first gap; without
   // a shortage it keeps its slack.
   double decide_again_s = 0;
+  // Under a deadline, before a move to other hardware, observe the current hardware at a larger
+  // batch first when the job has measured its type at one per-GPU batch only: in process, no
+  // restart (Recommendation::in_process), the largest batch within the growth bound with at least
+  // twice the samples per GPU per micro-step, for one measurement. Measured at one per-GPU batch,
+  // the step time does not say how much of it is per sample and how much is fixed (launches, the
+  // host), so every prediction at another per-GPU batch, and the choice between few GPUs at a large
+  // batch and many at a small one, rests on the prior's split; a move that proves wrong costs a
+  // second switch out of a deadline's slack, which does not come back.
+  bool observe_batch_first = true;
   // Measure when the expected improvement exceeds explore_ratio × the measurement's cost.
   double explore_ratio = 3.0;
   // Exploration budget: measure only while the cost of all measurements so far plus this one

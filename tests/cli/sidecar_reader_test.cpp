@@ -190,10 +190,21 @@ TEST(SidecarReader, InputsCarryTheGradientBytes) {
   auto with = [](const nlohmann::json& bytes, const std::string& name) {
     return WithInput("gradient_bytes", bytes, name);
   };
-  EXPECT_EQ(cloudtune::cli::InputsFromSidecar(ReadSidecar(kSidecar)).snapshot.gradient_bytes, 0);
-  EXPECT_EQ(cloudtune::cli::InputsFromSidecar(ReadSidecar(with(827688, "bytes.jsonl")))
-                .snapshot.gradient_bytes,
+  // The example's CNN, as the job recorded it.
+  EXPECT_EQ(cloudtune::cli::InputsFromSidecar(ReadSidecar(kSidecar)).snapshot.gradient_bytes,
             827688);
+  std::string older;  // the same sidecar without the field
+  for (const auto& l : Lines(kSidecar)) {
+    auto j = nlohmann::json::parse(l);
+    if (j["kind"] == "recommendation") j["inputs"].erase("gradient_bytes");
+    older += j.dump() + "\n";
+  }
+  EXPECT_EQ(cloudtune::cli::InputsFromSidecar(ReadSidecar(Write("older.jsonl", older)))
+                .snapshot.gradient_bytes,
+            0);
+  EXPECT_EQ(cloudtune::cli::InputsFromSidecar(ReadSidecar(with(1000, "bytes.jsonl")))
+                .snapshot.gradient_bytes,
+            1000);
   try {
     cloudtune::cli::InputsFromSidecar(ReadSidecar(with(-5, "badbytes.jsonl")));
     FAIL() << "a negative byte count was accepted";

@@ -358,5 +358,42 @@ TEST(Recommend, UnderADeadlineTheBridgeIsPricedOverTheWholeStayTheFallbackCovers
   EXPECT_EQ(on_it.reason.rfind("deadline: keeping", 0), 0u) << on_it.reason;
 }
 
+// Measured at one per-GPU batch, a move to other hardware under a deadline waits for one
+// measurement of the current hardware at a larger batch, in process. With a second per-GPU batch,
+// or with the option off, it moves; without a deadline it is not held back.
+TEST(Recommend, UnderADeadlineTheCurrentHardwareIsObservedAtALargerBatchBeforeAMove) {
+  RecommendRequest req = MeasuredOnT4();
+  req.options.exploration_budget_share = 0;
+  std::vector<core::Measurement> all = req.profile;
+  req.profile.clear();
+  for (const auto& m : all)
+    if (m.key.num_nodes == 1 && m.key.local_bsz == 64) req.profile.push_back(m);  // the current
+  ASSERT_EQ(req.profile.size(), 1u);
+  const Recommendation free = Recommend(req);
+  EXPECT_EQ(free.reason.find("observe:"), std::string::npos) << free.reason;
+  req.options.objective.deadline_h = 0.4 * free.best.hours;  // one node misses it
+  const Recommendation first = Recommend(req);
+  EXPECT_EQ(first.action, Recommendation::Action::kMeasure) << first.reason;
+  EXPECT_EQ(first.reason.rfind("observe: measuring the current hardware at batch", 0), 0u)
+      << first.reason;
+  EXPECT_TRUE(first.proposed.config.SameHardware(*req.current)) << first.proposed.config.ToString();
+  EXPECT_GE(first.proposed.config.local_bsz, 2 * req.current->local_bsz);
+  ASSERT_TRUE(first.in_process.has_value());
+  EXPECT_EQ(first.in_process->config, first.proposed.config);
+  auto moves = [&](const RecommendRequest& r) {
+    const Recommendation rec = Recommend(r);
+    EXPECT_EQ(rec.reason.find("observe:"), std::string::npos) << rec.reason;
+    EXPECT_EQ(rec.action, Recommendation::Action::kSwitch) << rec.reason;
+    EXPECT_FALSE(rec.proposed.config.SameHardware(*r.current)) << rec.proposed.config.ToString();
+  };
+  RecommendRequest off = req;
+  off.options.observe_batch_first = false;
+  moves(off);
+  RecommendRequest two_batches = req;
+  for (const auto& m : all)
+    if (m.key.num_nodes == 1 && m.key.local_bsz == 128) two_batches.profile.push_back(m);
+  moves(two_batches);
+}
+
 }  // namespace
 }  // namespace cloudtune::search
