@@ -185,6 +185,7 @@ FitAndSearchOptions SearchOptionsFrom(const Options& options, const search::Cata
   fo.recommend.space.wait_for_spot =
       options.wait_for_spot && goal == core::Goal::kCost && !(options.deadline_hours > 0);
   fo.recommend.wait_for_spot_over_budget = options.wait_for_spot;
+  fo.recommend.observe_batch_first = options.observe_batch_first;
   // A job that watches for revocation notices checkpoints on one (Runtime::ShouldCheckpoint).
   if (!options.preemption_url.empty())
     fo.recommend.cost.notice_s = UsableNoticeSeconds(

@@ -54,6 +54,9 @@ const std::vector<Field>& Fields() {
       {"wait_for_spot", &Options::wait_for_spot,
        "without a deadline: wait out spot shortages (cost; a budget nothing else meets) (0 = leave "
        "spot)"},
+      {"observe_batch_first", &Options::observe_batch_first,
+       "under a deadline, measure the current hardware at a larger batch (in process) before a "
+       "move while one local batch is measured (0 = move at once)"},
       {"refit_seconds", &Options::refit_seconds, "seconds between background refits"},
       {"objective", &Options::objective, "what the tuner minimises: cost or time"},
       {"deadline_hours", &Options::deadline_hours, "finish within this many hours (0 = none)"},

@@ -75,6 +75,10 @@ struct Options {
   // waiting meets it or overruns it less. false = move to what can be had now. A deadline always
   // turns it off.
   bool wait_for_spot = true;
+  // Under a deadline, before a move to other hardware while the job has measured its type at one
+  // local batch only, first measure the current hardware at a larger batch, in process
+  // (search::RecommendOptions::observe_batch_first). false = move at once.
+  bool observe_batch_first = true;
   // Seconds between background refits of the models and searches (the tuner). Also the search's
   // time to the next decision (search::RecommendOptions::decide_again_s): a configuration at the
   // budget's edge is kept while a cheaper one still fits after that long; under a deadline and

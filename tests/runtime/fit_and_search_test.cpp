@@ -183,6 +183,10 @@ TEST(FitAndSearch, SpotShortageIsWaitedOutOnlyForCostWithoutADeadline) {
   EXPECT_EQ(purchase_of_current(opt), cloudtune::search::Purchase::kOnDemand);
   EXPECT_FALSE(SearchOptionsFrom(opt, nullptr).recommend.wait_for_spot_over_budget);
   opt.wait_for_spot = true;
+  EXPECT_TRUE(SearchOptionsFrom(opt, nullptr).recommend.observe_batch_first);
+  opt.observe_batch_first = false;
+  EXPECT_FALSE(SearchOptionsFrom(opt, nullptr).recommend.observe_batch_first);
+  opt.observe_batch_first = true;
   opt.objective = "time";
   EXPECT_EQ(purchase_of_current(opt), cloudtune::search::Purchase::kOnDemand);
   // The whole step: the recommendation keeps a spot configuration.
