@@ -143,7 +143,9 @@ void ParseMeasuredTruth(const nlohmann::json& j, const std::string& name,
       j.contains("carry")
           ? MeasuredSteps::ParseCarry(j["carry"].get<std::string>(), name + ": carry")
           : MeasuredSteps::Carry::kMetric;
-  for (const auto& [b, path] : runs) {  // what a job running at each batch measures
+  for (const auto& run : runs) {  // what a job running at each batch measures
+    const int b = run.first;
+    const std::string& path = run.second;
     auto obs = Referenced(name + ": validation: \"" + std::to_string(b) + "\"",
                           [&] { return estimator::ReadValidationTrace(path, b); });
     std::sort(obs.begin(), obs.end(),
