@@ -518,9 +518,6 @@ void TakeTheBatchForTheNoiseNow(const SearchProblem& p, const estimator::Efficie
   if (r->in_process) batch_now(&*r->in_process);
 }
 
-}  // namespace
-
-namespace {
 // See RecommendOptions::observe_batch_first.
 void ObserveTheBatchFirst(const SearchProblem& p, const std::vector<core::Measurement>& profile,
                           Recommendation* r) {
