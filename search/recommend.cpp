@@ -490,13 +490,7 @@ void TakeTheBatchForTheNoiseNow(const SearchProblem& p, const estimator::Efficie
       const double v = Evaluate(now, c).Objective(goal);
       if (v < best_v * (1 - options.hysteresis)) best = c, best_v = v;
     };
-    if (!p.candidates.empty()) {
-      for (const Config& c : p.candidates) offer(c);
-    } else {
-      SpaceOptions space = now.space;
-      space.types = {e->config.type};
-      ForEachCandidate(*p.catalog, space, [&](const InstanceType&, const Config& c) { offer(c); });
-    }
+    ForEachCandidateOfType(now, e->config.type, offer);
     e->config = best;
   };
   if (r->action == Recommendation::Action::kSwitch) {
@@ -543,13 +537,7 @@ void ObserveTheBatchFirst(const SearchProblem& p, const std::vector<core::Measur
     Evaluation e = Evaluate(p, c);
     if (std::isfinite(e.hours) && Runnable(p, e)) best = std::move(e);
   };
-  if (!p.candidates.empty()) {
-    for (const Config& c : p.candidates) offer(c);
-  } else {
-    SpaceOptions space = p.space;
-    space.types = {cur.type};
-    ForEachCandidate(*p.catalog, space, [&](const InstanceType&, const Config& c) { offer(c); });
-  }
+  ForEachCandidateOfType(p, cur.type, offer);
   if (!best) return;
   r->reason = "observe: measuring the current hardware at batch " +
               std::to_string(best->config.global_batch()) +

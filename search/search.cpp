@@ -59,12 +59,15 @@ void CheckProblem(const SearchProblem& p) {
   if (!p.cost.IsValid(&err)) throw InputError("cost options: " + err);
 }
 
-// Calls fn(type, hardware/batch config) over the problem's candidates within the growth bound.
+// Calls fn(type, hardware/batch config) over the problem's candidates within the growth bound;
+// with `only_type`, over that instance type's only.
 template <typename Fn>
-void ForEachProblemCandidate(const SearchProblem& p, Fn&& fn) {
+void ForEachProblemCandidate(const SearchProblem& p, Fn&& fn,
+                             const std::string* only_type = nullptr) {
   long long bound = p.space.GrowthBound(p.current ? p.current->global_batch() : 0);
   if (p.candidates.empty()) {
     SpaceOptions space = p.space;
+    if (only_type) space.types = {*only_type};
     if (bound > 0)
       space.max_global_batch =
           space.max_global_batch > 0 ? std::min(space.max_global_batch, bound) : bound;
@@ -77,6 +80,7 @@ void ForEachProblemCandidate(const SearchProblem& p, Fn&& fn) {
     bound = std::max(bound, smallest);
   }
   for (const Config& c : p.candidates) {
+    if (only_type && c.type != *only_type) continue;
     int i = p.catalog->Find(c.type);
     if (i < 0) throw InputError("search: candidate type '" + c.type + "' is not in the catalog");
     if (bound > 0 && c.global_batch() > bound) continue;
@@ -264,6 +268,12 @@ void ForEachCandidate(const Catalog& catalog, const SpaceOptions& space,
       }
     }
   }
+}
+
+void ForEachCandidateOfType(const SearchProblem& p, const std::string& type,
+                            const std::function<void(const Config&)>& fn) {
+  ForEachProblemCandidate(
+      p, [&](const InstanceType&, const Config& c) { fn(c); }, &type);
 }
 
 Evaluation Evaluate(const SearchProblem& p, const InstanceType& t, const Config& c,

@@ -208,6 +208,12 @@ Evaluation Evaluate(const SearchProblem& p, const Config& c);
 // Calls fn(type, config) for every hardware/batch candidate of the space (purchase = on-demand).
 void ForEachCandidate(const Catalog& catalog, const SpaceOptions& space,
                       const std::function<void(const InstanceType&, const Config&)>& fn);
+// Calls fn(config) for every hardware/batch candidate of instance type `type` that the search of
+// `p` considers: p.candidates, or else the catalog's configurations of p.space, within the growth
+// bound of p.current's batch (SpaceOptions::GrowthBound). Purchase as listed (on-demand from the
+// catalog).
+void ForEachCandidateOfType(const SearchProblem& p, const std::string& type,
+                            const std::function<void(const Config&)>& fn);
 // The best candidates by the objective under the constraints.
 SearchResult Search(const SearchProblem& p);
 // Pareto front of (expected hours, expected cost) over the space, sorted by hours.
