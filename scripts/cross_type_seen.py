@@ -14,7 +14,8 @@ Rows are averaged per key (num_nodes, num_replicas, local_bsz) as the evals do. 
 ordered pair and seen set it prints the MAPE of step time on the rest of B, split into its
 single-machine and multi-machine configurations, and the mean signed error of each part; the last
 lines give, per seen set, the median and worst MAPE over pairs and the share of predictions within
-1 and 2 predicted log_sigma. Standard library only.
+1 and 2 predicted log_sigma, and whether a miss of those shares is the variance or the tails
+(calibration.py). Standard library only.
 """
 import argparse
 import csv
@@ -25,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 
+from calibration import shape_line
 from trace_keys import mean_by_key
 
 
@@ -118,6 +120,7 @@ def main():
                   "2 sigma %.0f%%" % (s, statistics.median(v), max(v), len(v),
                                       100 * sum(x <= 1 for x in z) / max(1, len(z)),
                                       100 * sum(x <= 2 for x in z) / max(1, len(z))))
+            print("shape %-6s %s" % (s, shape_line(z)))
 
 
 if __name__ == "__main__":

@@ -11,8 +11,9 @@ per key (num_nodes, num_replicas, local_bsz) as in shared/eval/fit_accuracy.py, 
   S3  fit on 8 random keys (random.Random(100 + seed), seeds 0-4), predict the rest (pooled)
 `cloudtune fit` on the first part, `cloudtune predict` on the rest, and the fraction of held-out
 keys whose |log(predicted / measured step time)| is within 1 and 2 of the predicted log_sigma
-(a calibrated Gaussian gives 68 % and 95 %), plus the median log_sigma; the last line pools every
-set per split. Standard library only.
+(a calibrated Gaussian gives 68 % and 95 %), plus the median log_sigma; the "all" line pools every
+set per split, and a "shape" line per split tells a wrong variance from heavy tails (calibration.py).
+Standard library only.
 """
 import argparse
 import csv
@@ -25,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 
+from calibration import shape_line
 from trace_keys import mean_by_key
 
 
@@ -101,6 +103,8 @@ def main():
             print("%-17s %s" % (m + a.suffix, "".join(row)))
     print("%-17s %s" % ("all", "".join("%5.0f%% %5.0f%% %8.3f      " % summary(*p) if p[0] else ""
                                      for p in pooled)))
+    for name, p in zip(("S1", "S2", "S3"), pooled):
+        print("shape %s: %s" % (name, shape_line(p[0])))
 
 
 if __name__ == "__main__":

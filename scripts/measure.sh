@@ -17,11 +17,15 @@ $B/cloudtune replay data/scenarios/*.json
 echo "== benchmarks"
 $B/bench_fit --benchmark_min_time=0.5
 $B/bench_fit_memory
-echo "== throughput model: uncertainty coverage and trace key scatter"
+echo "== uncertainty: coverage, variance or tails (scripts/calibration.py); trace key scatter"
 python3 scripts/fit_uncertainty_coverage.py --cli $B/cloudtune --pollux ../shared/data/traces/pollux-t4
 for s in rtx quad; do
   python3 scripts/fit_uncertainty_coverage.py --cli $B/cloudtune --pollux ../shared/data/traces/sia --suffix=-$s
 done
+D=../shared/data/traces
+python3 scripts/cross_type_seen.py --cli $B/cloudtune --seen k1,k2 t4=$D/pollux-t4: rtx=$D/sia:-rtx quad=$D/sia:-quad |
+  grep -E '^(seen|shape)'
+python3 scripts/steps_calibration.py --cli $B/cloudtune $D/pollux-t4/{cifar10,imagenet,bert,ncf}
 python3 scripts/trace_key_scatter.py --pollux ../shared/data/traces/pollux-t4
 $B/bench_search
 [ -x $B/bench_efficiency ] && $B/bench_efficiency
