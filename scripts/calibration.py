@@ -20,10 +20,11 @@ def shape(z):
 
 
 def shape_line(z):
-    """'rms R: a Gaussian of it G1/G2 %, a Laplace L1/L2 %' (measured: share1/share2 %)."""
+    """The measured shares within 1 and 2 sigma, rms(z), and the shares of a Gaussian and of a
+    Laplace error with that rms, on one line."""
     if not z:
         return "-"
     rms, g, l = shape(z)
     within = [100 * sum(x <= k for x in z) / len(z) for k in (1, 2)]
-    return ("within 1/2 sigma %2.0f/%2.0f%%; rms %.2f, so Gaussian %2.0f/%2.0f%%, Laplace %2.0f/%2.0f%%"
+    return ("within 1/2 sigma %2.0f/%2.0f%%; rms %.2f; of that variance: Gaussian %2.0f/%2.0f%%, Laplace %2.0f/%2.0f%%"
             % (*within, rms, *g, *l))

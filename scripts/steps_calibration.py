@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Is the stated uncertainty of `cloudtune steps` the wrong variance or the wrong shape?
 
-usage: steps_calibration.py [--cli build/bin/cloudtune] MODEL_DIR [...]
+usage: steps_calibration.py [--cli build/bin/cloudtune] [--steps-args="--growth-sigma 0"]
+                            MODEL_DIR [...]
 
 The two splits of shared/eval/steps_accuracy.py on the same folders (validation-<B>.csv): the two
 smallest batches observed, every larger one predicted; and sequential (the k smallest observed,
@@ -15,6 +16,7 @@ import glob
 import json
 import math
 import os
+import shlex
 import subprocess
 import sys
 
@@ -30,8 +32,8 @@ def runs(folder):
     return dict(sorted(out.items()))
 
 
-def z_of(cli, rs, observed, target):
-    args = [cli, "steps"]
+def z_of(cli, rs, observed, target, extra):
+    args = [cli, "steps", *extra]
     for b in observed:
         args += ["--observed", "%d=%s" % (b, rs[b][0])]
     last = rs[target][1][-1]
@@ -43,14 +45,18 @@ def z_of(cli, rs, observed, target):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--cli", default="build/bin/cloudtune")
+    ap.add_argument("--steps-args", default="", help="extra arguments for `cloudtune steps`")
     ap.add_argument("models", nargs="+")
     a = ap.parse_args()
+    extra = shlex.split(a.steps_args)
     z = {"two smallest": [], "sequential": []}
     for folder in a.models:
         rs = runs(folder)
+        if len(rs) < 3:
+            raise ValueError("%s: %d validation-<B>.csv file(s), need 3 or more" % (folder, len(rs)))
         b = list(rs)
-        z["two smallest"] += [z_of(a.cli, rs, b[:2], t) for t in b[2:]]
-        z["sequential"] += [z_of(a.cli, rs, b[:k], b[k]) for k in range(2, len(b))]
+        z["two smallest"] += [z_of(a.cli, rs, b[:2], t, extra) for t in b[2:]]
+        z["sequential"] += [z_of(a.cli, rs, b[:k], b[k], extra) for k in range(2, len(b))]
     for name, v in z.items():
         print("%-13s n=%-3d %s" % (name, len(v), shape_line(v)))
 
