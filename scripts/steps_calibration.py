@@ -53,7 +53,8 @@ def main():
     for folder in a.models:
         rs = runs(folder)
         if len(rs) < 3:
-            raise ValueError("%s: %d validation-<B>.csv file(s), need 3 or more" % (folder, len(rs)))
+            sys.exit("steps_calibration.py: %s: %d validation-<B>.csv file(s), need 3 or more"
+                     % (folder, len(rs)))
         b = list(rs)
         z["two smallest"] += [z_of(a.cli, rs, b[:2], t, extra) for t in b[2:]]
         z["sequential"] += [z_of(a.cli, rs, b[:k], b[k], extra) for k in range(2, len(b))]
