@@ -295,14 +295,22 @@ Recommendation Decide(const SearchProblem& problem, const RecommendOptions& opti
     why << "no candidate meets the " << (problem.objective.deadline_h > 0 ? "deadline" : "")
         << (problem.objective.deadline_h > 0 && problem.objective.budget_usd > 0 ? " and " : "")
         << (problem.objective.budget_usd > 0 ? "budget" : "");
-    // Among the candidates expected to miss about as little as the least-late one (within the
-    // hysteresis), the best by the objective: estimates that all miss differ by less than their
-    // noise, and between those the objective still counts (spot or on demand, say).
-    const double near_x = Excess(problem.objective, r.best) * (1 + options.hysteresis);
+    // Among the candidates expected to miss about as little as the least-late one, the best by
+    // the objective: estimates that all miss differ by less than their noise, and between those
+    // the objective still counts (spot or on demand, say). About as late: an expected excess
+    // within the hysteresis of the least-late one's, or an expected finish (and spend) within the
+    // hysteresis of its. Near the deadline or budget every excess is small, and a tolerance
+    // relative to the excess alone is finer than the estimates.
+    const ObjectiveOptions& ob = problem.objective;
+    const double near_x = Excess(ob, r.best) * (1 + options.hysteresis);
+    const double near_h = r.best.hours * (1 + options.hysteresis);
+    const double near_usd = r.best.cost * (1 + options.hysteresis);
+    auto about_as_late = [&](const Evaluation& e) {
+      return Excess(ob, e) <= near_x || ((!(ob.deadline_h > 0) || e.hours <= near_h) &&
+                                         (!(ob.budget_usd > 0) || e.cost <= near_usd));
+    };
     for (const Evaluation& e : sr.top)
-      if (!e.feasible && Excess(problem.objective, e) <= near_x &&
-          e.Objective(goal) < r.best.Objective(goal))
-        r.best = e;
+      if (!e.feasible && about_as_late(e) && e.Objective(goal) < r.best.Objective(goal)) r.best = e;
     chosen = r.best;
     const double best_x = Excess(problem.objective, r.best);
     const double cur_x = r.has_current ? Excess(problem.objective, r.current) : kInfinity;

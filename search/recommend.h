@@ -33,6 +33,9 @@ struct RecommendOptions {
   double target_progress = 0;   // B0-steps the job must reach (required, > 0)
   double current_progress = 0;  // B0-steps made so far
   // Switch only when the objective improves by more than this fraction (and the switch pays).
+  // When no candidate meets the deadline and budget, also the tolerance within which candidates
+  // are about as late as the least-late one (their expected excess, or their expected hours and
+  // cost), of which the best by the objective is proposed.
   double hysteresis = 0.03;
   double measure_s = 300;  // seconds one exploratory measurement runs
   // Seconds until the job decides again (0 = unknown: a one-off recommendation). A current

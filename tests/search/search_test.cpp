@@ -769,6 +769,77 @@ TEST(Decide, WhenNoneMeetsTheDeadlineSwitchesOnlyToTheClearlyLeastLate) {
       << stay.reason;
 }
 
+// Near the deadline every expected excess is small, and a tolerance relative to the least-late
+// one's alone would be finer than any estimate: a candidate expected to finish within the
+// hysteresis of it is about as late, and the cheaper of the two is proposed.
+TEST(Decide, WhenNoneMeetsTheDeadlineTheCheapestOfThoseFinishingAboutAsLate) {
+  Catalog c = SmallCatalog();
+  SearchProblem p = Problem(c);
+  p.space.types = {"t4x4", "t4x1"};
+  p.space.max_nodes = 1;
+  p.space.min_local_bsz = p.space.max_local_bsz = 32;
+  p.space.max_accum_steps = 0;
+  p.space.allow_spot = p.space.allow_anchor = false;
+  // One t4x4 node with all four GPUs: 1.00 s a step, $3.9/h; one t4x1 node: 1.02 s, $0.5/h; the
+  // t4x4 with fewer GPUs used: far slower.
+  p.predictor.step_time = [](const InstanceType& t, const Config& cfg) {
+    if (t.name == "t4x1") return Estimate{1.02, 0.0};
+    return Estimate{cfg.gpus_per_node == 4 ? 1.0 : 10.0, 0.0};
+  };
+  p.predictor.steps = [](double) { return Estimate{1000, 0.0}; };
+  Config fast = OneT4Node();
+  Config cheap = fast;
+  cheap.type = "t4x1";
+  cheap.gpus_per_node = 1;
+  const Evaluation f = Evaluate(p, fast), ch = Evaluate(p, cheap);
+  ASSERT_LT(ch.cost, 0.5 * f.cost);
+  ASSERT_LE(ch.hours, 1.03 * f.hours);
+  // The fast one misses the deadline by 0.01 %, the cheap one by 2 %.
+  p.objective.deadline_h = f.hours / 1.0001;
+  const auto excess = [&](const Evaluation& e) {
+    return p.objective.ExpectedExcess(e.hours, e.cost, e.log_sigma);
+  };
+  ASSERT_GT(excess(Evaluate(p, cheap)), 10 * excess(Evaluate(p, fast)));
+  auto measured = [](const Config&) { return true; };
+  RecommendOptions o;  // hysteresis 3 %
+  const Recommendation r = Decide(p, o, measured);
+  ASSERT_FALSE(r.best.feasible);
+  EXPECT_EQ(r.action, Recommendation::Action::kSwitch) << r.reason;
+  EXPECT_TRUE(r.proposed.config == cheap) << r.proposed.config.ToString();
+  EXPECT_NE(r.reason.find("expected to miss them least"), std::string::npos) << r.reason;
+  // Without the hysteresis the least late is proposed, however little later the cheap one is.
+  o.hysteresis = 0;
+  EXPECT_TRUE(Decide(p, o, measured).proposed.config == fast);
+  // And one finishing later than the hysteresis allows is not about as late.
+  p.predictor.step_time = [](const InstanceType& t, const Config& cfg) {
+    if (t.name == "t4x1") return Estimate{1.05, 0.0};
+    return Estimate{cfg.gpus_per_node == 4 ? 1.0 : 10.0, 0.0};
+  };
+  EXPECT_TRUE(Decide(p, RecommendOptions{}, measured).proposed.config == fast);
+  // The same for a budget under the time goal: of those expected to spend within the hysteresis
+  // of the least over budget, the fastest. One v100x4 node costs 2 % more than the t4x1 for the
+  // run, and is 24 times as fast.
+  p.objective = {};
+  p.objective.goal = Goal::kTime;
+  p.space.types = {"t4x1", "v100x4"};
+  p.predictor.step_time = [](const InstanceType& t, const Config& cfg) {
+    if (t.name == "t4x1") return Estimate{1.02, 0.0};
+    return Estimate{cfg.gpus_per_node == 4 ? 1.02 * 0.5 / 12.2 * 1.02 : 10.0, 0.0};
+  };
+  Config v100 = fast;
+  v100.type = "v100x4";
+  const Evaluation v = Evaluate(p, v100), t = Evaluate(p, cheap);
+  ASSERT_LE(v.cost, 1.03 * t.cost);
+  ASSERT_LT(v.hours, 0.1 * t.hours);
+  p.objective.budget_usd = t.cost / 1.0001;
+  ASSERT_GT(excess(Evaluate(p, v100)), 10 * excess(Evaluate(p, cheap)));
+  const Recommendation b = Decide(p, RecommendOptions{}, measured);
+  ASSERT_FALSE(b.best.feasible);
+  EXPECT_TRUE(b.proposed.config == v100) << b.proposed.config.ToString() << ": " << b.reason;
+  o.hysteresis = 0;
+  EXPECT_TRUE(Decide(p, o, measured).proposed.config == cheap);
+}
+
 TEST(Decide, ExpectedImprovementClosedForm) {
   EXPECT_DOUBLE_EQ(ExpectedImprovement(10, 8, 0), 2);
   EXPECT_DOUBLE_EQ(ExpectedImprovement(10, 12, 0), 0);
