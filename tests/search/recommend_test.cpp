@@ -395,5 +395,84 @@ TEST(Recommend, UnderADeadlineTheCurrentHardwareIsObservedAtALargerBatchBeforeAM
   moves(two_batches);
 }
 
+// When no candidate meets the deadline, near it every expected excess is small, and a tolerance
+// relative to the least-late one's alone would be finer than any estimate: a candidate expected to
+// finish within the hysteresis of it is about as late, and the cheaper of the two is proposed.
+// Likewise for a budget: of those expected to spend within the hysteresis of the least over it,
+// the best by the objective.
+TEST(Decide, WhenNoneMeetsTheDeadlineTheCheapestOfThoseFinishingAboutAsLate) {
+  const Catalog& catalog = DefaultCatalog();
+  SearchProblem p;
+  p.catalog = &catalog;
+  p.remaining_progress = 1000;
+  p.space.types = {"g4dn.12xlarge", "g4dn.xlarge"};
+  p.space.max_nodes = 1;
+  p.space.min_local_bsz = p.space.max_local_bsz = 32;
+  p.space.max_accum_steps = 0;
+  p.space.allow_spot = p.space.allow_anchor = false;
+  // `slow` seconds a step on one g4dn.xlarge, 1 s on one g4dn.12xlarge with its four GPUs (far
+  // slower with fewer), `v100` s on one p3.8xlarge; 1,000 steps at any batch.
+  auto step_times = [&](double slow, double v100) {
+    p.predictor.step_time = [slow, v100](const InstanceType& t, const Config& c) {
+      if (t.name == "g4dn.xlarge") return Estimate{slow, 0.0};
+      if (c.gpus_per_node < t.gpus) return Estimate{10.0, 0.0};
+      return Estimate{t.name == "p3.8xlarge" ? v100 : 1.0, 0.0};
+    };
+  };
+  step_times(1.02, 1.0);
+  p.predictor.steps = [](double) { return Estimate{1000, 0.0}; };
+  Config fast;
+  fast.type = "g4dn.12xlarge";
+  fast.gpus_per_node = 4;
+  fast.local_bsz = 32;
+  Config cheap = fast;
+  cheap.type = "g4dn.xlarge";
+  cheap.gpus_per_node = 1;
+  const Evaluation f = Evaluate(p, fast), ch = Evaluate(p, cheap);
+  ASSERT_LT(ch.cost, 0.5 * f.cost);
+  ASSERT_LE(ch.hours, 1.03 * f.hours);
+  // The fast one misses the deadline by 0.01 %, the cheap one by 2 %.
+  p.objective.deadline_h = f.hours / 1.0001;
+  const auto excess = [&](const Config& c) {
+    const Evaluation e = Evaluate(p, c);
+    return p.objective.ExpectedExcess(e.hours, e.cost, e.log_sigma);
+  };
+  ASSERT_GT(excess(cheap), 10 * excess(fast));
+  auto measured = [](const Config&) { return true; };
+  RecommendOptions o;  // hysteresis 3 %
+  const Recommendation r = Decide(p, o, measured);
+  ASSERT_FALSE(r.best.feasible);
+  EXPECT_EQ(r.action, Recommendation::Action::kSwitch) << r.reason;
+  EXPECT_TRUE(r.proposed.config == cheap) << r.proposed.config.ToString();
+  EXPECT_NE(r.reason.find("expected to miss them least"), std::string::npos) << r.reason;
+  // Without the hysteresis the least late is proposed, however little later the cheap one is.
+  RecommendOptions strict = o;
+  strict.hysteresis = 0;
+  EXPECT_TRUE(Decide(p, strict, measured).proposed.config == fast);
+  // And one finishing later than the hysteresis allows is not about as late.
+  step_times(1.05, 1.0);
+  EXPECT_TRUE(Decide(p, o, measured).proposed.config == fast);
+  // A budget under the time goal: one p3.8xlarge costs 2 % more than the g4dn.xlarge for the run
+  // and is many times as fast.
+  p.objective = {};
+  p.objective.goal = Goal::kTime;
+  p.space.types = {"g4dn.xlarge", "p3.8xlarge"};
+  Config v100 = fast;
+  v100.type = "p3.8xlarge";
+  auto price = [&](const char* type) {
+    return HourlyPrice(catalog.types[catalog.Find(type)], 1, Purchase::kOnDemand);
+  };
+  step_times(1.02, 1.02 * 1.02 * price("g4dn.xlarge") / price("p3.8xlarge"));
+  const Evaluation v = Evaluate(p, v100), t = Evaluate(p, cheap);
+  ASSERT_LE(v.cost, 1.03 * t.cost);
+  ASSERT_LT(v.hours, 0.1 * t.hours);
+  p.objective.budget_usd = t.cost / 1.0001;
+  ASSERT_GT(excess(v100), 10 * excess(cheap));
+  const Recommendation b = Decide(p, o, measured);
+  ASSERT_FALSE(b.best.feasible);
+  EXPECT_TRUE(b.proposed.config == v100) << b.proposed.config.ToString() << ": " << b.reason;
+  EXPECT_TRUE(Decide(p, strict, measured).proposed.config == cheap);
+}
+
 }  // namespace
 }  // namespace cloudtune::search
