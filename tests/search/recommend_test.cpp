@@ -1,4 +1,5 @@
-// Recommend(), the search's entry point: the choices it makes around a single Decide().
+// Recommend(), the search's entry point: the choices it makes around a single Decide(); and
+// Decide() alone where a hand-made problem shows a rule more plainly.
 #include "search/recommend.h"
 
 #include <gtest/gtest.h>
