@@ -302,9 +302,9 @@ Recommendation Decide(const SearchProblem& problem, const RecommendOptions& opti
     // hysteresis of its. Near the deadline or budget every excess is small, and a tolerance
     // relative to the excess alone is finer than the estimates.
     const ObjectiveOptions& ob = problem.objective;
-    const double near_x = Excess(ob, r.best) * (1 + options.hysteresis);
-    const double near_h = r.best.hours * (1 + options.hysteresis);
-    const double near_usd = r.best.cost * (1 + options.hysteresis);
+    const double h = 1 + options.hysteresis;
+    const double near_x = Excess(ob, r.best) * h, near_h = r.best.hours * h,
+                 near_usd = r.best.cost * h;
     auto about_as_late = [&](const Evaluation& e) {
       return Excess(ob, e) <= near_x || ((!(ob.deadline_h > 0) || e.hours <= near_h) &&
                                          (!(ob.budget_usd > 0) || e.cost <= near_usd));
@@ -312,8 +312,8 @@ Recommendation Decide(const SearchProblem& problem, const RecommendOptions& opti
     for (const Evaluation& e : sr.top)
       if (!e.feasible && about_as_late(e) && e.Objective(goal) < r.best.Objective(goal)) r.best = e;
     chosen = r.best;
-    const double best_x = Excess(problem.objective, r.best);
-    const double cur_x = r.has_current ? Excess(problem.objective, r.current) : kInfinity;
+    const double best_x = Excess(ob, r.best);
+    const double cur_x = r.has_current ? Excess(ob, r.current) : kInfinity;
     const bool cur_near =
         r.has_current && std::isfinite(cur_x) && cur_x - best_x <= options.hysteresis * cur_x &&
         r.current.Objective(goal) <= r.best.Objective(goal) * (1 + options.hysteresis);
