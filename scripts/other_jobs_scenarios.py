@@ -2,7 +2,7 @@
 """Scenarios the policy was not developed on: other jobs over the three GPU types, other starts.
 
 usage: other_jobs_scenarios.py OUT_DIR [--cli build/bin/cloudtune] [--scenarios data/scenarios]
-                               [--traces ../shared/data/traces]
+                               [--traces ../shared/data/traces] [--gpu-figures]
 then:  build/bin/cloudtune replay OUT_DIR/models/*.json --format json -o models.json
        build/bin/cloudtune replay OUT_DIR/starts/*.json --format json -o starts.json
 
@@ -27,6 +27,11 @@ them (pollux-imagenet-multitype, -deadline, -deadline-spot16), with paths made a
            one quadro6000.4x node (local batch 57).
 The deadlines and budgets come from a replay of the cost scenarios with --cli (seed 1), so the
 script needs a build. Only the standard library is used.
+
+--gpu-figures: the same scenarios (the same deadlines and budgets), with the two Sia GPUs'
+datasheet figures in "gpu_extra" (GPU_FIGURES), as a user of those nodes would give them. Without
+it, as in the shipped scenarios, the catalog knows nothing of the two GPUs and the policy projects
+their compute from the T4's with an unknown ratio.
 """
 import argparse
 import copy
@@ -46,6 +51,10 @@ from trace_keys import rows_by_key
 # bert-base-uncased with a span head (run_squad.py); ncf is NeuMF-end on ml-1m (6,040 users,
 # 3,706 items, 32 factors, 3 MLP layers; dense embeddings, all-reduced whole).
 GRADIENT_BYTES = {"cifar10": 4 * 11173962, "bert": 4 * 109483778, "ncf": 4 * 1602657}
+
+# Dense FP32 TFLOPS and memory bandwidth (GB/s) of one GPU, NVIDIA's launch figures (reference
+# boost clock); neither GPU is in shared/data's gpu_specs.csv. For --gpu-figures only.
+GPU_FIGURES = {"RTX2080Ti": (13.45, 616), "QuadroRTX6000": (16.3, 672)}
 
 TEMPLATES = ["pollux-imagenet-multitype", "pollux-imagenet-multitype-deadline",
              "pollux-imagenet-multitype-deadline-spot16"]
@@ -69,6 +78,8 @@ def main():
     ap.add_argument("--cli", default=os.path.join(here, "..", "build", "bin", "cloudtune"))
     ap.add_argument("--scenarios", default=os.path.join(here, "..", "data", "scenarios"))
     ap.add_argument("--traces", default=os.path.join(here, "..", "..", "shared", "data", "traces"))
+    ap.add_argument("--gpu-figures", action="store_true",
+                    help="give the Sia GPUs' datasheet figures in gpu_extra (see above)")
     args = ap.parse_args()
     traces = os.path.abspath(args.traces)
     tpl = {}
@@ -143,6 +154,15 @@ def main():
         write(dict(b, spot=spot), models_dir, "other-%s-budget-spot16" % model)
         print("%s: start %s, deadlines %.3f h and %.3f h, budget $%.2f" % (
             model, s["start"], deadline, medium, budget), file=sys.stderr)
+    if args.gpu_figures:  # after the reference replay: the constraints stay those without them
+        for path in glob.glob(os.path.join(args.out_dir, "*", "*.json")):
+            with open(path) as f:
+                v = json.load(f)
+            for g in v.get("gpu_extra", []):
+                if g.get("gpu_model") in GPU_FIGURES:
+                    g["fp32_tflops"], g["memory_bandwidth_gbs"] = GPU_FIGURES[g["gpu_model"]]
+                    g["note"] = g["gpu_model"] + ": NVIDIA's launch figures (--gpu-figures)"
+            write(v, os.path.dirname(path), v["name"])
 
 
 if __name__ == "__main__":
