@@ -314,9 +314,9 @@ Recommendation Decide(const SearchProblem& problem, const RecommendOptions& opti
     chosen = r.best;
     const double best_x = Excess(ob, r.best);
     const double cur_x = r.has_current ? Excess(ob, r.current) : kInfinity;
-    const bool cur_near =
-        r.has_current && std::isfinite(cur_x) && cur_x - best_x <= options.hysteresis * cur_x &&
-        r.current.Objective(goal) <= r.best.Objective(goal) * (1 + options.hysteresis);
+    const bool cur_near = r.has_current && std::isfinite(cur_x) &&
+                          cur_x - best_x <= options.hysteresis * cur_x &&
+                          r.current.Objective(goal) <= r.best.Objective(goal) * h;
     if (r.has_current && (r.best.config == r.current.config || cur_near)) {
       // A switch that hardly lowers the expected excess (the switch itself included) is not made:
       // estimates that all miss are noisy, and a switch every decision would only add switches.
