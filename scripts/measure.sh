@@ -27,6 +27,7 @@ python3 scripts/cross_type_seen.py --cli $B/cloudtune --seen k1,k2 t4=$D/pollux-
   grep -E '^(seen|shape)'
 python3 scripts/steps_calibration.py --cli $B/cloudtune $D/pollux-t4/{cifar10,imagenet,bert,ncf}
 python3 scripts/trace_key_scatter.py --pollux ../shared/data/traces/pollux-t4
+for s in rtx quad; do python3 scripts/trace_key_scatter.py --pollux $D/sia --suffix=-$s; done
 $B/bench_search
 [ -x $B/bench_efficiency ] && $B/bench_efficiency
 [ -x $B/bench_tuner ] && $B/bench_tuner
