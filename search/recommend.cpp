@@ -175,6 +175,10 @@ struct Bridge {
   Evaluation fallback;  // what can still finish in time after it
   double stay_h = 0;    // the longest stay on `run` the fallback covers (>= one window)
   double cost = 0;      // expected cost of the two over that stay, its progress counted
+  // ProgressBridge: the share of the progress still to make at which the plan's cost is lowest
+  // (the fallback finishes the rest); 0 for DeadlineBridge, whose fallback must cover a stay that
+  // made no progress.
+  double share = 0;
 };
 
 // RecommendOptions::decide_again_s under a deadline (the cost goal): the pair of a candidate of
@@ -231,7 +235,7 @@ std::optional<Bridge> DeadlineBridge(const SearchProblem& p, const RecommendOpti
       // The hysteresis favours the plan the job follows, as it does the current configuration:
       // a new stay must save more than its share of `chosen`'s cost, and the stay the job is on
       // ends only when leaving it now saves more than that share of its own.
-      const bool on_it = p.current && c.config == *p.current;
+      const bool on_it = p.current && !p.relaunch_current && c.config == *p.current;
       const bool worth = on_it ? chosen.cost > (1 - options.hysteresis) * cost
                                : chosen.cost - cost > options.hysteresis * chosen.cost;
       if (worth && (!best || cost < best->cost)) best = Bridge{c, fallback, stay_h, cost};
@@ -241,7 +245,9 @@ std::optional<Bridge> DeadlineBridge(const SearchProblem& p, const RecommendOpti
   // Only through a spot shortage: with all the spot capacity it wants, the job would meet the
   // deadline for less than `chosen`. Otherwise the slack is better kept: spending it on a slower
   // configuration leaves the rest to a faster one, dearer per unit of progress, at the deadline's
-  // edge, where an estimate that moves forces a dearer one still.
+  // edge, where an estimate that moves forces a dearer one still. (ProgressBridge counts what the
+  // stay does of the way and the noise each part sees, which this rule, pricing the stay as no
+  // progress, cannot.)
   SearchResult own;
   if (!unlimited) {
     SearchProblem q = p;
@@ -254,6 +260,96 @@ std::optional<Bridge> DeadlineBridge(const SearchProblem& p, const RecommendOpti
   if (u.empty() || !u[0].feasible || !(u[0].cost < chosen.cost * (1 - options.hysteresis)))
     return std::nullopt;
   return best;
+}
+
+// RecommendOptions::decide_again_s under a deadline (the cost goal): a plan of two on-demand
+// configurations, one after the other, each counted with the noise of its part of the run
+// (Predictor::steps_between). A candidate of SearchResult::deadline_bridges_on_demand runs now,
+// while the noise is small and a smaller batch on fewer GPUs makes progress for less; a fallback
+// that meets the deadline on its own (in SearchResult::top) takes over from where that stay leaves
+// the job, at the larger batch the grown noise makes efficient, and finishes in time. The stay can
+// end at any share of the way (on a grid of kShares) from which the fallback, switched to then,
+// still meets the deadline and budget, margins included; the plan is priced at the cheapest such
+// stay of at least one window. On demand only: no revocation takes the stay's progress back. The
+// job decides again every window with what it measured, so an estimate that moves moves the plan.
+// The hysteresis is DeadlineBridge's. nullopt when there is none.
+std::optional<Bridge> ProgressBridge(const SearchProblem& p, const RecommendOptions& options,
+                                     const SearchResult& sr, const Evaluation& chosen) {
+  const ObjectiveOptions& o = p.objective;
+  if (o.goal != Goal::kCost || !(o.deadline_h > 0) || !(options.decide_again_s > 0) ||
+      !chosen.feasible || !(chosen.hours > 0) || !p.predictor.steps_between)
+    return std::nullopt;
+  constexpr int kShares = 32;
+  const double window_h = options.decide_again_s / 3600;
+  auto share = [](int i) { return static_cast<double>(i) / kShares; };
+  std::optional<Bridge> best;
+  for (const Evaluation& f : sr.top) {
+    if (!f.feasible || f.config.purchase != Purchase::kOnDemand || !(f.hours > 0) || !(f.steps > 0))
+      continue;
+    // Hours per step, overheads included (the switch aside), and per hour, as Evaluate has them.
+    const double f_step_h = std::max(0.0, f.hours - f.switch_s / 3600) / f.steps;
+    const double f_rate = f.cost / f.hours;
+    const double fb = static_cast<double>(f.config.global_batch());
+    std::vector<double> f_rest(kShares, 0);  // hours from share i to the target
+    for (int i = 1; i < kShares; ++i)
+      f_rest[i] = p.predictor.steps_between(fb, share(i), 1).value * f_step_h;
+    for (const Evaluation& c : sr.deadline_bridges_on_demand) {
+      if (!Runnable(p, c) || !(c.hours > 0) || !(c.steps > 0) || !(c.cost < chosen.cost) ||
+          c.config.SameHardware(f.config))
+        continue;
+      const double c_step_h = std::max(0.0, c.hours - c.switch_s / 3600) / c.steps;
+      const double c_rate = c.cost / c.hours;
+      const double back_h = p.cost.switch_s / 3600;
+      const double cb = static_cast<double>(c.config.global_batch());
+      std::optional<Bridge> plan;
+      for (int i = 1; i < kShares; ++i) {
+        const double stay_h =
+            c.switch_s / 3600 + p.predictor.steps_between(cb, 0, share(i)).value * c_step_h;
+        const double hours = stay_h + back_h + f_rest[i];
+        const double cost = c_rate * stay_h + f_rate * (back_h + f_rest[i]);
+        if (!std::isfinite(hours) || o.Miss(hours, cost, f.log_sigma) > 1) break;
+        if (stay_h >= window_h && (!plan || cost < plan->cost))
+          plan = Bridge{c, f, stay_h, cost, share(i)};
+      }
+      if (!plan) continue;
+      const bool on_it = p.current && !p.relaunch_current && c.config == *p.current;
+      const bool worth = on_it ? chosen.cost > (1 - options.hysteresis) * plan->cost
+                               : chosen.cost - plan->cost > options.hysteresis * chosen.cost;
+      if (worth && (!best || plan->cost < best->cost)) best = plan;
+    }
+  }
+  return best;
+}
+
+// Under a deadline, the cheaper of the two bridges (DeadlineBridge, ProgressBridge) replaces
+// `chosen` when there is one; the reason says why.
+void TakeBridge(const SearchProblem& p, const RecommendOptions& options, const SearchResult& sr,
+                const SearchResult* unlimited, Recommendation* r, Evaluation* chosen,
+                std::ostringstream* why) {
+  std::optional<Bridge> b = DeadlineBridge(p, options, sr, *chosen, unlimited);
+  if (auto on_demand = ProgressBridge(p, options, sr, *chosen);
+      on_demand && (!b || on_demand->cost < b->cost))
+    b = on_demand;
+  if (!b) return;
+  const CostUnit unit = r->cost_unit;
+  const bool keep = r->has_current && b->run.config == r->current.config;
+  r->action = keep ? Recommendation::Action::kKeep : Recommendation::Action::kSwitch;
+  why->str("");
+  *why << "deadline: " << (keep ? "keeping " : "moving to ") << b->run.config.ToString()
+       << ", which misses the deadline on its own but costs less for the same progress, while "
+          "the fallback still covers the deadline (up to "
+       << std::fixed << std::setprecision(2) << b->stay_h << " h, deciding again every "
+       << std::setprecision(0) << options.decide_again_s << " s); after it "
+       << b->fallback.config.ToString();
+  if (b->share > 0)
+    *why << " finishes in time from " << std::setprecision(0) << 100 * b->share
+         << "% of the way, at the batch the noise will have grown to (expected ";
+  else
+    *why << " still meets the deadline even if that time makes no progress (expected ";
+  *why << Value(Goal::kCost, b->cost, unit) << " against " << Value(Goal::kCost, chosen->cost, unit)
+       << " for " << chosen->config.ToString() << ")";
+  *chosen = b->run;
+  r->bridge_cost = b->cost;
 }
 
 }  // namespace
@@ -374,24 +470,8 @@ Recommendation Decide(const SearchProblem& problem, const RecommendOptions& opti
         << (problem.objective.deadline_h > 0 ? "deadline" : "budget") << " on its own";
   detail::Explore(p, options, sr, best_v, measured, &r, &chosen, &why);
   // After exploration: a measurement is judged against the feasible choice, and wins.
-  if (r.best.feasible && r.action != Recommendation::Action::kMeasure) {
-    if (const auto b = DeadlineBridge(p, options, sr, chosen, unlimited)) {
-      const bool keep = r.has_current && b->run.config == r.current.config;
-      r.action = keep ? Recommendation::Action::kKeep : Recommendation::Action::kSwitch;
-      why.str("");
-      why << "deadline: " << (keep ? "keeping " : "moving to ") << b->run.config.ToString()
-          << ", which misses the deadline on its own but costs less for the same progress, while "
-             "the fallback still covers the deadline (up to "
-          << std::fixed << std::setprecision(2) << b->stay_h << " h, deciding again every "
-          << std::setprecision(0) << options.decide_again_s << " s); after it "
-          << b->fallback.config.ToString()
-          << " still meets the deadline even if that time makes no progress (expected "
-          << Value(Goal::kCost, b->cost, unit) << " against "
-          << Value(Goal::kCost, chosen.cost, unit) << " for " << chosen.config.ToString() << ")";
-      chosen = b->run;
-      r.bridge_cost = b->cost;
-    }
-  }
+  if (r.best.feasible && r.action != Recommendation::Action::kMeasure)
+    TakeBridge(p, options, sr, unlimited, &r, &chosen, &why);
   r.proposed = chosen;
   r.reason = why.str();
   if (r.has_current)
@@ -624,6 +704,12 @@ Recommendation Recommend(const RecommendRequest& req) {
     return predictor->StepTime(t, c);
   };
   p.predictor.steps = StepsPredictor(eff, req.options);
+  p.predictor.steps_between = [eff, from = req.options.current_progress,
+                               to = req.options.target_progress](double b, double x0, double x1) {
+    const estimator::StepsPrediction s =
+        eff->StepsToProgress(b, from + x0 * (to - from), from + x1 * (to - from));
+    return Estimate{s.steps, s.log_sigma};
+  };
   p.space = req.options.space;
   p.space.observed_batch = std::max(eff->max_observed_batch(), eff->base_batch());  // growth bound
   p.objective = req.options.objective;

@@ -55,8 +55,12 @@ struct RecommendOptions {
   // hysteresis (a stay the job is already on is kept unless leaving it saves more than the
   // hysteresis of its own cost); and only while spot capacity is short (with all it wants, the job
   // would meet the deadline for less than the chosen one). The job rides out a gap in spot capacity
-  // on a slower configuration instead of buying a fast on-demand cluster at the first gap; without
-  // a shortage it keeps its slack.
+  // on a slower configuration instead of buying a fast on-demand cluster at the first gap.
+  // A slower on-demand configuration (SearchResult::deadline_bridges_on_demand) may also run first
+  // when an on-demand one that meets the deadline can still finish from where that stay leaves the
+  // job, each part counted with the noise it sees (Predictor::steps_between): fewer GPUs at a small
+  // batch while the noise is small, more at the larger batch it grows to. The same hysteresis
+  // rules; the cheaper of the two plans is taken.
   double decide_again_s = 0;
   // Under a deadline, before a move to other hardware, observe the current hardware at a larger
   // batch first when the job has measured its type at one per-GPU batch only: in process, no

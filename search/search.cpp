@@ -383,7 +383,7 @@ SearchResult Search(const SearchProblem& p) {
   CheckProblem(p);
   SearchResult r;
   const size_t k = std::max(1, p.keep_top);
-  BestK top(k), promising(k), same(1), bridges(k);
+  BestK top(k), promising(k), same(1), bridges(k), bridges_on_demand(k);
   const bool bridging = p.objective.goal == Goal::kCost && p.objective.deadline_h > 0;
   double best_excluded = kInf;
   ForEachEvaluated(
@@ -399,8 +399,10 @@ SearchResult Search(const SearchProblem& p) {
           if (p.objective.Miss(e.hours, e.cost, e.log_sigma) * std::exp(-2 * e.log_sigma) <= 1)
             promising.Offer({0, e.Objective(p.objective.goal)}, e);
           if (bridging && p.objective.DeadlineMiss(e.hours, e.log_sigma) > 1 &&
-              p.objective.BudgetMiss(e.hours, e.cost, e.log_sigma) <= 1)
+              p.objective.BudgetMiss(e.hours, e.cost, e.log_sigma) <= 1) {
             bridges.Offer({0, e.cost}, e);
+            if (e.config.purchase == Purchase::kOnDemand) bridges_on_demand.Offer({0, e.cost}, e);
+          }
         }
         if (p.current && c.SameHardware(*p.current)) same.Offer(RankOf(e, p.objective), e);
         top.Offer(RankOf(e, p.objective), e);
@@ -408,6 +410,7 @@ SearchResult Search(const SearchProblem& p) {
   r.top = top.Take();
   r.promising = promising.Take();
   r.deadline_bridges = bridges.Take();
+  r.deadline_bridges_on_demand = bridges_on_demand.Take();
   if (auto s = same.Take(); !s.empty()) r.same_hardware = std::move(s[0]);
   if (!r.top.empty() && r.top[0].feasible && best_excluded < r.top[0].Objective(p.objective.goal))
     r.better_but_excluded = 1;  // at least one; the exact count is not tracked

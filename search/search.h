@@ -57,6 +57,11 @@ struct Predictor {
   std::function<Estimate(const InstanceType& t, const Config& c)> step_time;
   // Optimizer steps at `global_batch` to reach the target progress from the current progress.
   std::function<Estimate(double global_batch)> steps;
+  // Optional: optimizer steps at `global_batch` from the share `from` to the share `to` of the
+  // progress still to make (0 = now, 1 = the target; steps(b) is steps_between(b, 0, 1)). Lets a
+  // plan of two configurations, one after the other, count what each does of the way, with the
+  // noise that part of the run sees. Empty: such plans are not considered.
+  std::function<Estimate(double global_batch, double from, double to)> steps_between;
 };
 
 struct SpaceOptions {
@@ -194,6 +199,9 @@ struct SearchResult {
   // any that meets the deadline, one may run while a configuration that meets it can still finish
   // in time after that (RecommendOptions::decide_again_s).
   std::vector<Evaluation> deadline_bridges;
+  // The same restricted to on-demand candidates, cheapest first (keep_top): a stay on them makes
+  // the progress it is priced for (no revocation takes it back), so a plan may count it.
+  std::vector<Evaluation> deadline_bridges_on_demand;
   // The best candidate on the current configuration's hardware (SearchProblem::current: same type,
   // nodes, GPUs per node and purchase; only the batch differs), by the same ranking as `top`; none
   // without a current configuration or when no such candidate is in the space.

@@ -114,6 +114,10 @@ struct Snapshot {
   // How the current nodes are bought, when the job knows it (else the runtime's setting).
   std::optional<Purchase> purchase;
   int gpus_per_node = 0;             // of the current configuration (0 = current.gpus_per_node())
+  // The job runs a mixed cluster (search/mixed.h) in place of `current`, which it still reports:
+  // staying on `current` launches it again. Set by the plugin while the replicas' local batches
+  // differ (Plugin::ReplicaBatches), and by the replay while it runs one.
+  bool mixed_cluster = false;
   std::vector<Measurement> profile;  // every configuration measured so far (trace CSV values)
   // Bytes one optimizer step all-reduces: the gradients of the parameters that require one, times
   // their element size (set by the plugin from the model it sees; 0 = unknown).

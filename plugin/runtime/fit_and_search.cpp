@@ -291,6 +291,7 @@ search::RecommendRequest BuildRecommendRequest(const Snapshot& s, const FitAndSe
     cur.purchase = search::Purchase::kOnDemand;
     req.relaunch_current = true;  // its nodes are gone: staying launches them again
   }
+  if (s.mixed_cluster) req.relaunch_current = true;  // it runs another cluster
   req.current = cur;
   req.catalog = o.catalog;
   req.options = o.recommend;

@@ -392,6 +392,8 @@ void Plugin::StepEnd(int64_t local_bsz, int64_t micro_steps) {
       runtime_->StepTimes(step_, timed ? s.step_time : -1.0, timed ? s.compute_time() : -1.0);
     local_sum_ = 0;
     micro_seen_ = 0;
+    // By Jensen's inequality mean(1/b) * mean(b) >= 1, with equality only when every b is equal.
+    uneven_batches_ = replica_mean_batch_ * replica_inv_batch_ > 1 + 1e-9;
     replica_inv_batch_ = replica_mean_batch_ = 0;
 #ifdef CLOUDTUNE_WITH_CUDA
     cuda_local_ = at::Tensor();
@@ -550,6 +552,7 @@ core::Snapshot Plugin::Measured() const {
   snap.noise = g;  // the core::NoiseState part
   snap.noise_valid = g.valid;
   snap.skipped_steps = g.skipped;
+  snap.mixed_cluster = uneven_batches_;
   return snap;
 }
 

@@ -150,6 +150,10 @@ class Plugin {
   bool have_pending_ = false;
   hooks::GnsSample pending_;
   double replica_inv_batch_ = 0, replica_mean_batch_ = 0;  // ReplicaBatches() for the next step
+  // The last step's replicas had different local batches (ReplicaBatches: mean 1/b times mean b
+  // above 1): a mixed cluster runs in place of the configuration the job reports
+  // (core::Snapshot::mixed_cluster).
+  bool uneven_batches_ = false;
 #ifdef CLOUDTUNE_WITH_CUDA
   bool use_cuda_ = false;
   hooks::CudaStepTimer cuda_timer_;

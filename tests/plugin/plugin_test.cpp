@@ -124,6 +124,36 @@ TEST(Plugin, SingleReplicaRecordsMeasurementsProfileAndBiasedNoise) {
   EXPECT_EQ(snaps[2]->profile.size(), 1u);
 }
 
+// Replicas with different local batches (a mixed cluster balancing its step times) mark the
+// tuner's snapshot as a mixed cluster; equal ones, which ReplicaBatches then reports or not at all,
+// do not.
+TEST(Plugin, UnevenReplicaBatchesMarkAMixedCluster) {
+  auto dir = TempDir("mixed");
+  Plugin p(OnOptions(dir));
+  ASSERT_TRUE(p.Start({0, 1, 0, 32, 1}));
+  std::vector<std::shared_ptr<const Snapshot>> snaps;
+  p.SetObserver([&](std::shared_ptr<const Snapshot> s) { snaps.push_back(std::move(s)); });
+  const at::Tensor mean = at::full({100}, 0.05);
+  auto step = [&](double mean_inv_batch, double mean_batch) {
+    p.StepBegin();
+    at::Tensor g = mean + 0.1 * at::randn(mean.sizes());
+    const double slot = p.GradsLocal({g});
+    p.SyncBegin();
+    p.SyncEnd();
+    if (mean_batch > 0) p.ReplicaBatches(mean_inv_batch, mean_batch);
+    p.GradsReduced({g}, slot);
+    p.StepEnd(32, 1);
+  };
+  for (int i = 0; i < 10; ++i) step(0, 0);                           // not reported
+  for (int i = 0; i < 10; ++i) step((1.0 / 16 + 1.0 / 48) / 2, 32);  // 16 and 48
+  for (int i = 0; i < 10; ++i) step(1.0 / 32, 32);                   // 32 and 32
+  p.Finish();
+  ASSERT_EQ(snaps.size(), 3u);
+  EXPECT_FALSE(snaps[0]->mixed_cluster);
+  EXPECT_TRUE(snaps[1]->mixed_cluster);
+  EXPECT_FALSE(snaps[2]->mixed_cluster);
+}
+
 // Slow steps: a record closes once it spans measure_seconds and holds kMinRecordSteps timed steps,
 // long before measure_every steps.
 TEST(Plugin, SlowStepsCloseARecordByTime) {

@@ -111,6 +111,19 @@ TEST(FitAndSearch, TheGradientBytesReachTheSearchsThroughputModel) {
   EXPECT_LT(with.StepTime(p3, c).value, 0.8 * without.StepTime(p3, c).value);
 }
 
+// A job on a mixed cluster still reports the configuration it came from; staying there is a
+// relaunch, priced like any switch, not the current configuration kept.
+TEST(FitAndSearch, AMixedClusterMakesStayingOnTheReportedConfigurationARelaunch) {
+  CLOUDTUNE_NEEDS_SHARED_DATA();
+  Snapshot s = RealSnapshot();
+  EXPECT_FALSE(BuildRecommendRequest(s, RealOptions()).relaunch_current);
+  s.mixed_cluster = true;
+  const cloudtune::search::RecommendRequest req = BuildRecommendRequest(s, RealOptions());
+  EXPECT_TRUE(req.relaunch_current);
+  ASSERT_TRUE(req.current.has_value());
+  EXPECT_EQ(req.current->local_bsz, s.current.local_bsz);
+}
+
 // The search learns when the job decides again from the refit cadence (a configuration at the
 // budget's edge is kept while a cheaper one still fits after that long; see RecommendOptions).
 TEST(FitAndSearch, TheSearchDecidesAgainAtTheRefitCadence) {

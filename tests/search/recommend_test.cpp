@@ -280,7 +280,8 @@ double OneSpotNodeOnT4(RecommendRequest* req) {
 // deadline for less): the spot node alone misses the deadline, so a one-off recommendation buys on
 // demand. A job that decides again runs the spot node until then, while the cheapest on-demand
 // configuration that meets the deadline can still finish in time after that window even if it
-// made no progress; when the window is too long for that, it buys on demand now.
+// made no progress; when the window is too long for that, it buys on demand now. Without spot, the
+// one node on demand runs while the faster cluster can still finish from where it leaves off.
 TEST(Recommend, UnderADeadlineACheaperSlowConfigurationRunsWhileAFallbackStillMeetsIt) {
   RecommendRequest req;
   const double spot_h = OneSpotNodeOnT4(&req);
@@ -311,14 +312,27 @@ TEST(Recommend, UnderADeadlineACheaperSlowConfigurationRunsWhileAFallbackStillMe
   EXPECT_EQ(late.reason.find("deadline: moving to"), std::string::npos) << late.reason;
   // Without a deadline there is nothing to bridge: the spot node meets the cost goal on its own.
   EXPECT_EQ(decide(0, 1800).reason.find("deadline:"), std::string::npos);
-  // Without a spot shortage the slack is kept: on demand only, one node is the cheapest for the
-  // same progress (no all-reduce) and misses the deadline, and the job buys the faster cluster.
+  // On demand only, one node is the cheapest for the same progress (no all-reduce) and misses the
+  // deadline. A stay on demand makes the progress it is priced for: the job runs the one node
+  // while the noise is small, and the faster cluster, at the larger batch the grown noise makes
+  // efficient, finishes from where it leaves off; the plan costs less than that cluster alone.
   req.options.space.allow_spot = false;
   req.options.space.spot_nodes_available.clear();
   const Recommendation od = decide(deadline_h, 1800);
   ASSERT_TRUE(od.best.feasible) << od.reason;
-  EXPECT_GE(od.proposed.config.nodes, 2) << od.reason;
-  EXPECT_EQ(od.reason.find("deadline: moving to"), std::string::npos) << od.reason;
+  EXPECT_EQ(od.proposed.config.nodes, 1) << od.reason;
+  EXPECT_EQ(od.proposed.config.purchase, Purchase::kOnDemand) << od.reason;
+  EXPECT_FALSE(od.proposed.feasible);
+  EXPECT_NE(od.reason.find("finishes in time from"), std::string::npos) << od.reason;
+  ASSERT_GT(od.bridge_cost, 0);
+  EXPECT_LT(od.bridge_cost, (1 - req.options.hysteresis) * od.best.cost) << od.reason;
+  // A one-off recommendation has no later decision to move on: it buys the faster cluster.
+  const Recommendation od_once = decide(deadline_h, 0);
+  EXPECT_GE(od_once.proposed.config.nodes, 2) << od_once.reason;
+  EXPECT_EQ(od_once.reason.find("deadline: moving to"), std::string::npos) << od_once.reason;
+  // Nor does a job whose next decision comes too late for the cluster to finish after it.
+  const Recommendation od_late = decide(deadline_h, 0.9 * deadline_h * 3600);
+  EXPECT_GE(od_late.proposed.config.nodes, 2) << od_late.reason;
 }
 
 // The job decides again every window and rides the cheaper configuration for as long as the
