@@ -61,6 +61,7 @@ bool MixedSearchOptions::IsValid(std::string* error) const {
   };
   if (max_types < 2 || max_types > 3) return fail("max_types must be 2 or 3");
   if (seeds < 2) return fail("seeds must be >= 2");
+  if (!(hysteresis >= 0 && hysteresis < 1)) return fail("hysteresis must be in [0, 1)");
   for (const auto& [type, n] : available_nodes)
     if (n < 0) return fail("available_nodes[" + type + "] must be >= 0");
   for (const auto& [type, n] : spot_nodes_available)
@@ -68,8 +69,30 @@ bool MixedSearchOptions::IsValid(std::string* error) const {
   return true;
 }
 
+std::vector<core::ClusterPart> PartsOf(const MixedEvaluation& m) {
+  std::vector<core::ClusterPart> out;
+  for (size_t i = 0; i < m.config.parts.size(); ++i) {
+    const MixedPart& part = m.config.parts[i];
+    out.push_back({part.type, part.nodes, part.gpus_per_node, part.purchase,
+                   i < m.local_bsz.size() ? m.local_bsz[i] : 0});
+  }
+  return out;
+}
+
+MixedConfig MixedConfigOf(const std::vector<core::ClusterPart>& parts) {
+  MixedConfig m;
+  bool known = true;
+  for (const core::ClusterPart& part : parts) {
+    m.parts.push_back({part.instance_type, part.nodes, part.gpus_per_node, part.purchase});
+    m.global_batch += static_cast<long long>(part.nodes) * part.gpus_per_node * part.local_bsz;
+    known = known && part.local_bsz > 0;
+  }
+  if (!known) m.global_batch = 0;
+  return m;
+}
+
 MixedEvaluation EvaluateMixed(const SearchProblem& p, const MixedConfig& c, const MixedStep& step,
-                              const Estimate& steps) {
+                              const Estimate& steps, bool stay) {
   MixedEvaluation e;
   e.config = c;
   e.local_bsz = step.local_bsz;
@@ -88,7 +111,7 @@ MixedEvaluation EvaluateMixed(const SearchProblem& p, const MixedConfig& c, cons
     return e;
   }
   const double train_s = steps.value * step.step.value;
-  const double switch_s = p.current ? p.cost.switch_s : 0;  // always other hardware
+  const double switch_s = p.current && !stay ? p.cost.switch_s : 0;  // always other hardware
   const RunEstimate run = EstimateRun(train_s / 3600.0, e.price_per_hour, rate, p.cost.checkpoint_s,
                                       p.cost.restart_s, std::numeric_limits<double>::infinity(),
                                       p.cost.SavesOnNotice(p.cost.checkpoint_s));
@@ -102,13 +125,29 @@ MixedEvaluation EvaluateMixed(const SearchProblem& p, const MixedConfig& c, cons
 
 namespace {
 // Whether the best mixed cluster found is worth proposing, and why.
-void Conclude(Goal g, MixedSearchResult* out) {
+void Conclude(const ObjectiveOptions& o, double hysteresis, MixedSearchResult* out) {
   MixedSearchResult& r = *out;
+  const Goal g = o.goal;
   if (!r.best) {
     r.reason = "no type of the top candidates is short of nodes";
     return;
   }
   if (!r.best->feasible) {
+    // Nothing meets them: the cluster the job runs stays while no single type is expected to miss
+    // them by less beyond the hysteresis (leaving it is a relaunch, and a relaunch near a deadline
+    // is time the job does not have).
+    const auto excess = [&o](double hours, double cost, double log_sigma) {
+      return o.ExpectedExcess(hours, cost, log_sigma);
+    };
+    if (r.keeps_current && r.best_single && !r.best_single->feasible &&
+        (1 - hysteresis) * excess(r.best->hours, r.best->cost, r.best->log_sigma) <=
+            excess(r.best_single->hours, r.best_single->cost, r.best_single->log_sigma)) {
+      r.proposed = true;
+      r.reason =
+          "no mixed cluster or single type meets the constraints; keeping the mixed cluster it "
+          "runs, expected to miss them least";
+      return;
+    }
     r.reason = "no mixed cluster meets the constraints";
     return;
   }
@@ -123,12 +162,27 @@ void Conclude(Goal g, MixedSearchResult* out) {
       std::sqrt(std::max(0.0, r.best->log_sigma * r.best->log_sigma -
                                   r.best_single->log_sigma * r.best_single->log_sigma));
   const double mixed_v = r.best->Objective(g) * std::exp(added);
-  r.proposed = mixed_v < r.best_single->Objective(g);
+  // The cluster the job runs is left for a single type only when that saves beyond the hysteresis.
+  r.proposed = r.keeps_current ? (1 - hysteresis) * mixed_v <= r.best_single->Objective(g)
+                               : mixed_v < r.best_single->Objective(g);
   std::ostringstream why;
-  why << GoalName(g) << ": mixed " << r.best->Objective(g) << " (x" << std::exp(added)
+  why << GoalName(g) << ": " << (r.keeps_current ? "keeping the mixed cluster it runs, " : "mixed ")
+      << r.best->Objective(g) << " (x" << std::exp(added)
       << " for its added uncertainty) vs best single type with the nodes available "
       << r.best_single->Objective(g);
+  if (r.keeps_current) why << " (hysteresis " << 100 * hysteresis << "%)";
   r.reason = why.str();
+}
+
+// Whether `a` replaces `stay`, the cluster the job runs: feasible over infeasible, else by more
+// than `hysteresis` of its objective.
+bool Replaces(const MixedEvaluation& a, const MixedEvaluation& stay, const ObjectiveOptions& o,
+              double hysteresis) {
+  if (a.feasible != stay.feasible) return a.feasible;
+  if (!a.feasible)
+    return o.ExpectedExcess(a.hours, a.cost, a.log_sigma) <
+           (1 - hysteresis) * o.ExpectedExcess(stay.hours, stay.cost, stay.log_sigma);
+  return a.Objective(o.goal) < (1 - hysteresis) * stay.Objective(o.goal);
 }
 
 // Nodes of `type` to be had at `purchase`: the nodes available whatever the purchase, and for
@@ -142,6 +196,29 @@ int Available(const SearchProblem& p, const MixedSearchOptions& o, const std::st
     n = std::min(n, spot->second);
   return n;
 }
+
+// MixedSearchOptions::current: the cluster the job runs, evaluated without a switch, becomes the
+// best mixed cluster unless the capacity no longer holds its parts or the best one found replaces
+// it (Replaces).
+void StayOnTheCurrent(const SearchProblem& p, const MixedStepFn& step,
+                      const MixedSearchOptions& options, MixedSearchResult* r) {
+  if (!options.current || options.current->parts.empty()) return;
+  MixedConfig c = *options.current;
+  for (const MixedPart& part : c.parts)
+    if (p.catalog->Find(part.type) < 0 ||
+        part.nodes > Available(p, options, part.type, part.purchase))
+      return;
+  const MixedStep s = step(c);
+  if (!(s.step.value > 0)) return;
+  c.global_batch = s.global_batch > 0 ? s.global_batch : c.global_batch;
+  const MixedEvaluation stay =
+      EvaluateMixed(p, c, s, p.predictor.steps(static_cast<double>(c.global_batch)), true);
+  if (r->best && Replaces(*r->best, stay, p.objective, options.hysteresis)) return;
+  r->best = stay;
+  r->keeps_current = true;
+  ++r->considered;
+}
+
 }  // namespace
 
 MixedSearchResult SearchMixed(const SearchProblem& p, const SearchResult& single,
@@ -289,7 +366,8 @@ MixedSearchResult SearchMixed(const SearchProblem& p, const SearchResult& single
       }
     }
   }
-  Conclude(goal, &r);
+  StayOnTheCurrent(p, step, options, &r);
+  Conclude(p.objective, options.current ? options.hysteresis : 0, &r);
   return r;
 }
 

@@ -71,6 +71,12 @@ struct MixedSearchOptions {
   // limits applied, on demand included): the mixed cluster must beat it too when it is better than
   // the top list's best within the available nodes.
   std::optional<Evaluation> baseline;
+  // The mixed cluster the job runs now, if any (its parts and global batch). Staying on it costs no
+  // switch; while the capacity still holds its parts, another cluster or a single type replaces it
+  // only when that saves more than `hysteresis` of its objective (a feasible one always replaces
+  // an infeasible one).
+  std::optional<MixedConfig> current;
+  double hysteresis = 0;  // fraction, in [0, 1)
   bool IsValid(std::string* error) const;
 };
 
@@ -78,14 +84,21 @@ struct MixedSearchResult {
   std::optional<MixedEvaluation> best;    // best mixed cluster evaluated
   std::optional<Evaluation> best_single;  // best single type within the available nodes
   bool proposed = false;                  // best beats best_single beyond its uncertainty
+  bool keeps_current = false;             // best is MixedSearchOptions::current, stayed on
   size_t considered = 0;                  // mixed clusters evaluated
   std::string reason;
 };
 
+// A mixed cluster as the job describes the one it runs (core::Snapshot::mixed_parts), and back:
+// the parts with their local batches; the global batch is their sum (0 when a part's is unknown).
+std::vector<core::ClusterPart> PartsOf(const MixedEvaluation& m);
+MixedConfig MixedConfigOf(const std::vector<core::ClusterPart>& parts);
+
 // Expected time and cost of a mixed cluster (as Evaluate does for one type): switching from the
-// current configuration costs switch_s; revocation rates add over the parts' spot nodes.
+// current configuration costs switch_s (none when `stay`: the job runs `c` already); revocation
+// rates add over the parts' spot nodes.
 MixedEvaluation EvaluateMixed(const SearchProblem& p, const MixedConfig& c, const MixedStep& step,
-                              const Estimate& steps);
+                              const Estimate& steps, bool stay = false);
 
 // The best mixed cluster around the single-type result `single` (SearchResult of Search(p) with a
 // top list of several candidates). Throws cloudtune::InputError on invalid options.

@@ -498,7 +498,8 @@ namespace {
 MixedSearchResult MixedAround(const SearchProblem& p, const SearchResult& single,
                               const std::map<std::string, int>& spot_nodes_available,
                               const ProfilePredictor& predictor, const RecommendOptions& options,
-                              const Evaluation& best_available) {
+                              const Evaluation& best_available,
+                              const std::optional<MixedConfig>& current) {
   auto hardware = std::make_shared<std::map<std::string, estimator::Hardware>>();
   for (const InstanceType& t : p.catalog->types)
     (*hardware)[t.name] = HardwareOf(*p.catalog, t.name);
@@ -537,6 +538,8 @@ MixedSearchResult MixedAround(const SearchProblem& p, const SearchResult& single
   mo.max_types = options.mixed_max_types;
   mo.spot_nodes_available = spot_nodes_available;
   mo.baseline = best_available;  // the best single type the capacity allows
+  mo.current = current;
+  mo.hysteresis = options.hysteresis;
   return SearchMixed(p, single, step, mo);
 }
 
@@ -763,9 +766,14 @@ Recommendation Recommend(const RecommendRequest& req) {
     Evaluation baseline = r.best;
     if (r.bridge_cost > 0) baseline.cost = std::min(baseline.cost, r.bridge_cost);
     r.mixed = MixedAround(unlimited_p, *unlimited, p.space.spot_nodes_available, *predictor,
-                          req.options, baseline);
+                          req.options, baseline, req.current_mixed);
   }
   return r;
+}
+
+std::vector<core::ClusterPart> MixedPartsOf(const Recommendation& r) {
+  if (!r.mixed || !r.mixed->proposed || !r.mixed->best) return {};
+  return PartsOf(*r.mixed->best);
 }
 
 }  // namespace cloudtune::search

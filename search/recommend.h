@@ -104,7 +104,10 @@ struct RecommendRequest {
   std::optional<core::NoiseState> noise;
   std::optional<estimator::EfficiencyModel> efficiency;  // preferred over `noise` when set
   std::optional<Config> current;                         // what the job runs now
-  bool relaunch_current = false;     // its nodes are gone (SearchProblem::relaunch_current)
+  bool relaunch_current = false;  // its nodes are gone (SearchProblem::relaunch_current)
+  // The mixed cluster the job runs in place of `current`, when known (MixedSearchOptions::current:
+  // kept unless an alternative saves more than the hysteresis while the capacity holds it).
+  std::optional<MixedConfig> current_mixed;
   const Catalog* catalog = nullptr;  // nullptr = DefaultCatalog()
   RecommendOptions options;
   // Explicit hardware/batch candidates (e.g. the traced ones in a replay); empty = the space
@@ -230,5 +233,8 @@ Recommendation Decide(const SearchProblem& problem, const RecommendOptions& opti
 // moved by the same unknown step time).
 double ExpectedImprovement(double incumbent, double median, double sigma,
                            double max_factor = std::numeric_limits<double>::infinity());
+
+// The parts of the mixed cluster `r` proposes (search::PartsOf); empty when it proposes none.
+std::vector<core::ClusterPart> MixedPartsOf(const Recommendation& r);
 
 }  // namespace cloudtune::search

@@ -87,6 +87,7 @@ nlohmann::json Recommendation::ToJson() const {
   j["cost_unit"] = CostUnitName(cost_unit);
   if (mixed) {
     nlohmann::json m = {{"proposed", mixed->proposed},
+                        {"keeps_current", mixed->keeps_current},
                         {"reason", mixed->reason},
                         {"clusters_evaluated", mixed->considered}};
     if (mixed->best) {

@@ -69,6 +69,7 @@ search::Recommendation CloudtuneDecide(const runtime::Runtime& rt, const JobView
   snap.gpus_per_node = job.current.gpus_per_node;
   snap.purchase = job.current.purchase;
   snap.mixed_cluster = job.mixed.has_value();
+  if (job.mixed) snap.mixed_parts = search::PartsOf(*job.mixed);
   snap.progress = job.progress;
   snap.elapsed_seconds = job.hours * 3600;
   snap.cost_usd = job.cost_usd;

@@ -103,6 +103,15 @@ const char* PurchaseName(Purchase p);  // "on-demand", "spot", "anchor"
 // Parses a PurchaseName; returns false on an unknown name.
 bool ParsePurchase(const std::string& s, Purchase* out);
 
+// One part of a mixed cluster (search/mixed.h): nodes of one instance type, bought one way.
+struct ClusterPart {
+  std::string instance_type;
+  int nodes = 1;
+  int gpus_per_node = 1;
+  Purchase purchase = Purchase::kOnDemand;
+  int local_bsz = 0;  // samples per GPU per optimizer step
+};
+
 // What a job has measured, handed over as one immutable value: by the plugin to the runtime every
 // measurement interval (training thread, O(configurations)), and built by the CLI and the replay
 // from files. The runtime fills in what only it knows (progress, noise history, restored rows).
@@ -118,6 +127,8 @@ struct Snapshot {
   // staying on `current` launches it again. Set by the plugin while the replicas' local batches
   // differ (Plugin::ReplicaBatches), and by the replay while it runs one.
   bool mixed_cluster = false;
+  // Its parts, when known (the replay's; the live runtime's from the mixed cluster it proposed).
+  std::vector<ClusterPart> mixed_parts;
   std::vector<Measurement> profile;  // every configuration measured so far (trace CSV values)
   // Bytes one optimizer step all-reduces: the gradients of the parameters that require one, times
   // their element size (set by the plugin from the model it sees; 0 = unknown).

@@ -291,7 +291,11 @@ search::RecommendRequest BuildRecommendRequest(const Snapshot& s, const FitAndSe
     cur.purchase = search::Purchase::kOnDemand;
     req.relaunch_current = true;  // its nodes are gone: staying launches them again
   }
-  if (s.mixed_cluster) req.relaunch_current = true;  // it runs another cluster
+  if (s.mixed_cluster) {
+    req.relaunch_current = true;  // it runs another cluster
+    search::MixedConfig m = search::MixedConfigOf(s.mixed_parts);
+    if (!m.parts.empty() && m.global_batch > 0) req.current_mixed = std::move(m);
+  }
   req.current = cur;
   req.catalog = o.catalog;
   req.options = o.recommend;

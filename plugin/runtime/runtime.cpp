@@ -364,6 +364,8 @@ std::shared_ptr<const core::Snapshot> Runtime::Convert(const core::Snapshot& p) 
       s->current.instance_type = search_.instance_type;
   }
   if (!s->purchase) s->purchase = search_.purchase;
+  if (s->mixed_cluster && s->mixed_parts.empty())  // the one this runtime proposed last
+    if (const auto d = std::atomic_load(&decision_)) s->mixed_parts = search::MixedPartsOf(*d);
   CountSpending(p, s.get());
   s->profile = MergeProfiles(base_.profile, s->profile);
   s->noise = noise;

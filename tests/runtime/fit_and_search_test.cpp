@@ -112,7 +112,8 @@ TEST(FitAndSearch, TheGradientBytesReachTheSearchsThroughputModel) {
 }
 
 // A job on a mixed cluster still reports the configuration it came from; staying there is a
-// relaunch, priced like any switch, not the current configuration kept.
+// relaunch, priced like any switch, not the current configuration kept; its parts, when known,
+// let the search weigh staying on it.
 TEST(FitAndSearch, AMixedClusterMakesStayingOnTheReportedConfigurationARelaunch) {
   CLOUDTUNE_NEEDS_SHARED_DATA();
   Snapshot s = RealSnapshot();
@@ -122,6 +123,14 @@ TEST(FitAndSearch, AMixedClusterMakesStayingOnTheReportedConfigurationARelaunch)
   EXPECT_TRUE(req.relaunch_current);
   ASSERT_TRUE(req.current.has_value());
   EXPECT_EQ(req.current->local_bsz, s.current.local_bsz);
+  EXPECT_FALSE(req.current_mixed.has_value());  // its parts unknown
+  // Its parts known: the search weighs staying on it (MixedSearchOptions::current).
+  s.mixed_parts = {{"g4dn.12xlarge", 1, 4, cloudtune::core::Purchase::kSpot, 64},
+                   {"g4dn.12xlarge", 2, 4, cloudtune::core::Purchase::kOnDemand, 64}};
+  const cloudtune::search::RecommendRequest with = BuildRecommendRequest(s, RealOptions());
+  ASSERT_TRUE(with.current_mixed.has_value());
+  EXPECT_EQ(with.current_mixed->parts.size(), 2u);
+  EXPECT_EQ(with.current_mixed->global_batch, 3 * 4 * 64);
 }
 
 // The search learns when the job decides again from the refit cadence (a configuration at the

@@ -153,6 +153,100 @@ TEST(MixedSearch, ABetterBaselineIsTheSingleTypeToBeat) {
   EXPECT_FALSE(r.proposed) << r.reason;
 }
 
+// The cluster the job runs is evaluated without a switch and kept unless an alternative saves more
+// than the hysteresis; it is not kept when the capacity no longer holds its parts.
+TEST(MixedSearch, TheClusterTheJobRunsIsKeptWithinTheHysteresis) {
+  SearchProblem p = Problem(Goal::kTime);
+  const SearchResult single = Top(p);
+  const Config running = single.top.front().config;
+  p.current = &running;  // a switch costs p.cost.switch_s
+  MixedSearchOptions o;
+  for (const auto& t : p.space.types) o.available_nodes[t] = 6;
+  o.available_nodes[running.type] = running.nodes / 4;
+  const MixedSearchResult fresh = SearchMixed(p, single, Balanced, o);
+  ASSERT_TRUE(fresh.best && fresh.proposed) << fresh.reason;
+  EXPECT_FALSE(fresh.keeps_current);
+  // The job runs the best cluster with one node of its second part only: slower.
+  MixedConfig slower = fresh.best->config;
+  ASSERT_GE(slower.parts.size(), 2u);
+  ASSERT_GE(slower.parts[1].nodes, 2) << slower.ToString();
+  slower.parts[1].nodes = 1;
+  o.current = slower;
+  o.hysteresis = 0.9;  // the best saves less than 90% of its time: kept
+  const MixedSearchResult kept = SearchMixed(p, single, Balanced, o);
+  ASSERT_TRUE(kept.best) << kept.reason;
+  EXPECT_TRUE(kept.keeps_current) << kept.reason;
+  EXPECT_EQ(kept.best->config.ToString().substr(0, 40), slower.ToString().substr(0, 40));
+  EXPECT_EQ(kept.best->config.parts[1].nodes, slower.parts[1].nodes);
+  EXPECT_NE(kept.reason.find("keeping the mixed cluster it runs"), std::string::npos)
+      << kept.reason;
+  // Staying costs no switch.
+  const MixedStep step = Balanced(kept.best->config);
+  const Estimate steps = p.predictor.steps(static_cast<double>(kept.best->config.global_batch));
+  EXPECT_NEAR(EvaluateMixed(p, kept.best->config, step, steps).hours -
+                  EvaluateMixed(p, kept.best->config, step, steps, true).hours,
+              p.cost.switch_s / 3600, 1e-9);
+  // Without hysteresis the faster cluster replaces it.
+  o.hysteresis = 0;
+  const MixedSearchResult moved = SearchMixed(p, single, Balanced, o);
+  ASSERT_TRUE(moved.best);
+  EXPECT_FALSE(moved.keeps_current) << moved.reason;
+  EXPECT_EQ(moved.best->config.parts[1].nodes, fresh.best->config.parts[1].nodes);
+  // Capacity gone from under its first part: not an option.
+  o.hysteresis = 0.9;
+  o.available_nodes[slower.parts[0].type] = slower.parts[0].nodes - 1;
+  EXPECT_FALSE(SearchMixed(p, single, Balanced, o).keeps_current);
+  o.hysteresis = 1;
+  EXPECT_FALSE(o.IsValid(nullptr));
+}
+
+// When nothing meets the deadline, the cluster the job runs stays while it is expected to miss it
+// least: leaving it is a relaunch. Without it, no infeasible mixed cluster is proposed.
+TEST(MixedSearch, NothingMeetsTheDeadlineTheClusterTheJobRunsStaysIfLeastLate) {
+  SearchProblem p = Problem(Goal::kTime);
+  const SearchResult unconstrained = Top(p);
+  const Config running = unconstrained.top.front().config;
+  p.current = &running;
+  MixedSearchOptions o;
+  for (const auto& t : p.space.types) o.available_nodes[t] = 6;
+  o.available_nodes[running.type] = running.nodes / 4;
+  const MixedSearchResult fresh = SearchMixed(p, unconstrained, Balanced, o);
+  ASSERT_TRUE(fresh.best && fresh.proposed) << fresh.reason;
+  p.objective.deadline_h = 0.5 * fresh.best->hours;  // out of reach
+  const SearchResult single = Top(p);
+  const MixedSearchResult none = SearchMixed(p, single, Balanced, o);
+  ASSERT_TRUE(none.best);
+  EXPECT_FALSE(none.best->feasible);
+  EXPECT_FALSE(none.proposed) << none.reason;
+  o.current = fresh.best->config;
+  o.hysteresis = 0.03;
+  const MixedSearchResult stays = SearchMixed(p, single, Balanced, o);
+  ASSERT_TRUE(stays.best && stays.best_single);
+  EXPECT_FALSE(stays.best_single->feasible);
+  EXPECT_TRUE(stays.keeps_current);
+  EXPECT_TRUE(stays.proposed) << stays.reason;
+  EXPECT_NE(stays.reason.find("expected to miss them least"), std::string::npos) << stays.reason;
+}
+
+// The job describes the mixed cluster it runs by its parts; the search reads them back.
+TEST(MixedSearch, ItsPartsRoundTrip) {
+  MixedEvaluation m;
+  m.config.parts = {{"g4dn.12xlarge", 2, 4, Purchase::kSpot}, {"p3.8xlarge", 1, 4}};
+  m.local_bsz = {32, 80};
+  const std::vector<core::ClusterPart> parts = PartsOf(m);
+  ASSERT_EQ(parts.size(), 2u);
+  EXPECT_EQ(parts[0].instance_type, "g4dn.12xlarge");
+  EXPECT_EQ(parts[0].purchase, Purchase::kSpot);
+  EXPECT_EQ(parts[1].local_bsz, 80);
+  const MixedConfig back = MixedConfigOf(parts);
+  MixedConfig want = m.config;
+  want.global_batch = 2 * 4 * 32 + 4 * 80;
+  EXPECT_EQ(back.ToString(), want.ToString());
+  std::vector<core::ClusterPart> unknown = parts;
+  unknown[1].local_bsz = 0;
+  EXPECT_EQ(MixedConfigOf(unknown).global_batch, 0);
+}
+
 TEST(MixedSearch, NeverProposesAMixedClusterPredictedWorseThanTheBestSingleType) {
   for (Goal g : {Goal::kTime, Goal::kCost}) {
     const SearchProblem p = Problem(g);
@@ -244,6 +338,17 @@ TEST(Mixed, RecommendReportsTheMixedSearchWhenSpotCapacityIsShort) {
   EXPECT_EQ(best.local_bsz[0], best.local_bsz[1]);  // one hardware: no balancing
   EXPECT_TRUE(r.mixed->proposed) << r.mixed->reason;
   EXPECT_NE(r.mixed->reason.find("added uncertainty"), std::string::npos) << r.mixed->reason;
+  // The job on it reports its parts; asked again, the search weighs staying on it, no switch.
+  EXPECT_TRUE(MixedPartsOf(Recommend(MeasuredOnT4())).empty());
+  RecommendRequest on_it = req;
+  on_it.current_mixed = MixedConfigOf(MixedPartsOf(r));
+  on_it.relaunch_current = true;
+  const Recommendation again = Recommend(on_it);
+  ASSERT_TRUE(again.mixed && again.mixed->best);
+  EXPECT_TRUE(again.mixed->keeps_current) << again.mixed->reason;
+  EXPECT_TRUE(again.mixed->proposed) << again.mixed->reason;
+  EXPECT_LT(again.mixed->best->hours, best.hours);  // the switch it no longer pays
+  EXPECT_EQ(again.ToJson()["mixed"]["keeps_current"], true);
   {  // Spot only: no single type meets the deadline with 3 spot nodes; it fills up with another
      // type's spot nodes and proposes that, although the projection is uncertain.
     RecommendRequest spot_only = req;
