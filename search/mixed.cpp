@@ -136,12 +136,9 @@ void Conclude(const ObjectiveOptions& o, double hysteresis, MixedSearchResult* o
     // Nothing meets them: the cluster the job runs stays while no single type is expected to miss
     // them by less beyond the hysteresis (leaving it is a relaunch, and a relaunch near a deadline
     // is time the job does not have).
-    const auto excess = [&o](double hours, double cost, double log_sigma) {
-      return o.ExpectedExcess(hours, cost, log_sigma);
-    };
     if (r.keeps_current && r.best_single && !r.best_single->feasible &&
-        (1 - hysteresis) * excess(r.best->hours, r.best->cost, r.best->log_sigma) <=
-            excess(r.best_single->hours, r.best_single->cost, r.best_single->log_sigma)) {
+        (1 - hysteresis) * o.ExpectedExcess(r.best->hours, r.best->cost, r.best->log_sigma) <=
+            o.ExpectedExcess(r.best_single->hours, r.best_single->cost, r.best_single->log_sigma)) {
       r.proposed = true;
       r.reason =
           "no mixed cluster or single type meets the constraints; keeping the mixed cluster it "

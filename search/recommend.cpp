@@ -181,6 +181,17 @@ struct Bridge {
   double share = 0;
 };
 
+// The hysteresis favours the plan the job follows, as it does the current configuration: a new
+// stay on `run` at `cost` must save more than its share of `chosen`'s cost, and the stay the job is
+// on (not when staying is a relaunch) ends only when leaving it saves more than that share of its
+// own.
+bool BridgeWorthIt(const SearchProblem& p, const RecommendOptions& options, const Evaluation& run,
+                   const Evaluation& chosen, double cost) {
+  const bool on_it = p.current && !p.relaunch_current && run.config == *p.current;
+  return on_it ? chosen.cost > (1 - options.hysteresis) * cost
+               : chosen.cost - cost > options.hysteresis * chosen.cost;
+}
+
 // RecommendOptions::decide_again_s under a deadline (the cost goal): the pair of a candidate of
 // SearchResult::deadline_bridges and an on-demand configuration that meets the deadline (the
 // fallback) with the lowest expected cost below `chosen`'s, when the candidate runs as long as the
@@ -232,13 +243,8 @@ std::optional<Bridge> DeadlineBridge(const SearchProblem& p, const RecommendOpti
       const double c_train_h = std::max(1e-9, c.hours - c.switch_s / 3600);
       const double done = std::clamp((stay_h - c.switch_s / 3600) / c_train_h, 0.0, 1.0);
       const double cost = c_rate * stay_h + fb_rate * (back_h + fb_train_h * (1 - done));
-      // The hysteresis favours the plan the job follows, as it does the current configuration:
-      // a new stay must save more than its share of `chosen`'s cost, and the stay the job is on
-      // ends only when leaving it now saves more than that share of its own.
-      const bool on_it = p.current && !p.relaunch_current && c.config == *p.current;
-      const bool worth = on_it ? chosen.cost > (1 - options.hysteresis) * cost
-                               : chosen.cost - cost > options.hysteresis * chosen.cost;
-      if (worth && (!best || cost < best->cost)) best = Bridge{c, fallback, stay_h, cost};
+      if (BridgeWorthIt(p, options, c, chosen, cost) && (!best || cost < best->cost))
+        best = Bridge{c, fallback, stay_h, cost};
     }
   }
   if (!best || p.space.spot_nodes_available.empty()) return std::nullopt;
@@ -311,11 +317,9 @@ std::optional<Bridge> ProgressBridge(const SearchProblem& p, const RecommendOpti
         if (stay_h >= window_h && (!plan || cost < plan->cost))
           plan = Bridge{c, f, stay_h, cost, share(i)};
       }
-      if (!plan) continue;
-      const bool on_it = p.current && !p.relaunch_current && c.config == *p.current;
-      const bool worth = on_it ? chosen.cost > (1 - options.hysteresis) * plan->cost
-                               : chosen.cost - plan->cost > options.hysteresis * chosen.cost;
-      if (worth && (!best || plan->cost < best->cost)) best = plan;
+      if (plan && BridgeWorthIt(p, options, c, chosen, plan->cost) &&
+          (!best || plan->cost < best->cost))
+        best = plan;
     }
   }
   return best;

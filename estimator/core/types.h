@@ -122,7 +122,7 @@ struct Snapshot {
   ConfigKey current;           // the configuration running now
   // How the current nodes are bought, when the job knows it (else the runtime's setting).
   std::optional<Purchase> purchase;
-  int gpus_per_node = 0;             // of the current configuration (0 = current.gpus_per_node())
+  int gpus_per_node = 0;  // of the current configuration (0 = current.gpus_per_node())
   // The job runs a mixed cluster (search/mixed.h) in place of `current`, which it still reports:
   // staying on `current` launches it again. Set by the plugin while the replicas' local batches
   // differ (Plugin::ReplicaBatches), and by the replay while it runs one.

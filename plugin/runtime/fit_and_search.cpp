@@ -294,7 +294,7 @@ search::RecommendRequest BuildRecommendRequest(const Snapshot& s, const FitAndSe
   if (s.mixed_cluster) {
     req.relaunch_current = true;  // it runs another cluster
     search::MixedConfig m = search::MixedConfigOf(s.mixed_parts);
-    if (!m.parts.empty() && m.global_batch > 0) req.current_mixed = std::move(m);
+    if (m.global_batch > 0) req.current_mixed = std::move(m);  // every part's batch known
   }
   req.current = cur;
   req.catalog = o.catalog;
