@@ -53,8 +53,8 @@ def main():
     if r.returncode != 0:
         print("cloudtune replay failed with status %d" % r.returncode)
         return 1
-    s = json.loads(r.stdout)["summary"]
-    runs = len(json.loads(r.stdout)["runs"])
+    out = json.loads(r.stdout)
+    s, runs = out["summary"], len(out["runs"])
     checks = [
         ("cost / oracle, median", s["cloudtune_cost_vs_oracle_median"], "<=", a.median),
         ("cost / oracle, p90", s["cloudtune_cost_vs_oracle_p90"], "<=", a.p90),
