@@ -51,13 +51,11 @@ struct Oracle::Tables {
   std::vector<float> finish[3];
   int start = -1;       // the start configuration, on demand
   int start_spot = -1;  // the same launched on spot (as the fixed-spot baseline is), if any
-  // Launched without a switch: the start on demand or on spot, and, on a spot capacity trace, on
-  // spot on fewer of its nodes (an elastic launch on the nodes the market has, as the cloudtune job
-  // is launched).
+  // May be launched without a switch: the start on demand or on spot, and, on a spot capacity
+  // trace, on spot on fewer of its nodes (an elastic launch on the nodes the market has, as the
+  // cloudtune job is launched); each seed's Solver keeps the latter only when the market has fewer
+  // than the start's nodes at time 0.
   std::vector<char> free_launch;
-  // The switch class of each configuration run first: 0 for a free launch, 1 (a batch switch) on
-  // the instances of one, else 2.
-  std::vector<int> launch_class;
   // Per class, config, level: a lower bound of the cost of every schedule that runs the next
   // window there and goes on to the target, in any of the recursions (BoundCostToGo); rounded
   // down to a float.
@@ -150,11 +148,6 @@ Oracle::Oracle(const Scenario& s, const OracleOptions& o) : s_(s), o_(o) {
     }
   }
   const size_t C = T.configs.size();
-  std::set<int> launch_groups;
-  for (size_t c = 0; c < C; ++c)
-    if (T.free_launch[c]) launch_groups.insert(T.group[c]);
-  for (size_t c = 0; c < C; ++c)
-    T.launch_class.push_back(T.free_launch[c] ? 0 : launch_groups.count(T.group[c]) ? 1 : 2);
   for (int cls = 0; cls < 3; ++cls) {
     T.switch_s[cls] = cls == 0 ? 0 : cls == 1 ? s.cost.batch_switch_s : s.cost.switch_s;
     T.next_lo[cls].assign(C * T.K, T.K);
@@ -281,6 +274,23 @@ class Solver {
       auto it = avail_.find(T.configs[c].type);
       if (T.spot_nodes[c] > 0 && it != avail_.end()) avail_of_[c] = &it->second;
     }
+    // This seed's free launches (Tables::free_launch): fewer of the start's nodes only when the
+    // market has fewer than the start's at time 0, as the cloudtune job is launched
+    // (CloudtuneLaunch); with all of them to be had, the start itself.
+    auto start_trace = s.spot.find(s.start.type);
+    const int at_start = start_trace == s.spot.end()
+                             ? 1 << 20
+                             : start_trace->second.Available(0, 1 << 20, s.spot_reading, offset_s);
+    free_launch_.resize(C);
+    std::set<int> launch_groups;
+    for (size_t c = 0; c < C; ++c) {
+      free_launch_[c] =
+          T.free_launch[c] && (T.configs[c].nodes >= s.start.nodes || at_start < s.start.nodes);
+      if (free_launch_[c]) launch_groups.insert(T.group[c]);
+    }
+    launch_class_.resize(C);
+    for (size_t c = 0; c < C; ++c)
+      launch_class_[c] = free_launch_[c] ? 0 : launch_groups.count(T.group[c]) ? 1 : 2;
   }
 
   bool Allowed(size_t c, int j) const {
@@ -317,7 +327,7 @@ class Solver {
     // Per row of V (and N): the levels outside [lo, hi] hold no state (empty: lo > hi).
     std::vector<int> v_lo(C + 1, K), v_hi(C + 1, -1), n_lo(C + 1, K), n_hi(C + 1, -1);
     for (size_t c = 0; c < C; ++c)
-      if (T.free_launch[c]) V[T.At(c, 0)] = 0, v_lo[c] = v_hi[c] = 0;
+      if (free_launch_[c]) V[T.At(c, 0)] = 0, v_lo[c] = v_hi[c] = 0;
     std::vector<double> any(K), grp;
     std::vector<int32_t> any_at(K), grp_at;
     std::vector<int> live;
@@ -467,9 +477,9 @@ class Solver {
     return false;
   }
 
-  // The switch class of running configuration c first: none for a free launch
-  // (Tables::free_launch), a batch switch on the instances of one, else a switch.
-  int LaunchClass(size_t c) const { return T.launch_class[c]; }
+  // The switch class of running configuration c first: none for a free launch (free_launch_),
+  // a batch switch on the instances of one, else a switch.
+  int LaunchClass(size_t c) const { return launch_class_[c]; }
 
   // The position (levels) after a window on T's entry `at` (level k) from f in [0, 1) levels
   // beyond k: between that level's and the next one's (a finish there counts as the target),
@@ -687,6 +697,8 @@ class Solver {
   bool time_goal = false, may_idle = false;
   std::map<std::string, std::vector<int>> avail_;
   std::vector<const std::vector<int>*> avail_of_;  // per configuration: its spot capacity trace
+  std::vector<char> free_launch_;  // per configuration: launched without a switch (this seed)
+  std::vector<int> launch_class_;  // per configuration: the switch class of running it first
   // Per window, (state, the state it came from) for the states kept, in the order of the states.
   std::vector<std::vector<std::pair<int32_t, int32_t>>> parent_;
   std::vector<int32_t> scratch_;  // the window's parents while it is built

@@ -204,7 +204,8 @@ double CloudtuneNoticeS(const Scenario& s);
 // launch when they are fewer than the start's, at least one (when that configuration is traced).
 Config CloudtuneLaunch(const Scenario& s, int spot_nodes);
 // Whether `c` (any purchase) is the start on fewer of its nodes, on a type with a spot capacity
-// trace: where an elastic spot launch may start (the cloudtune job's, and the oracle's for free).
+// trace: where an elastic spot launch may start (the cloudtune job's, and the oracle's for free,
+// when the market has fewer than the start's nodes at time 0).
 bool FewerOfTheStartsNodes(const Scenario& s, const Config& c);
 // One decision of the cloudtune policy: the runtime's fit-and-search on what the job has seen.
 search::Recommendation CloudtuneDecide(const runtime::Runtime& rt, const JobView& job);

@@ -72,7 +72,7 @@ struct Best {
 // Every schedule of `windows` windows over every configuration (all purchases) and idling, in the
 // oracle's window model with exact progress: the optimum the oracle approximates. A job that has
 // waited since time 0 launches as from the start (the start itself, on demand or spot, or on spot
-// on fewer of its nodes, for free).
+// on fewer of its nodes, for free, when the market has fewer than the start's at time 0).
 Best BruteForce(const Scenario& s, int windows) {
   const WindowModel model(s, 0);
   const double W = model.window_s();
@@ -93,16 +93,18 @@ Best BruteForce(const Scenario& s, int windows) {
     if (x.purchase == Purchase::kOnDemand) start_od = i;
     if (x.purchase == Purchase::kSpot) start_spot = i;
   }
-  // Launched free: the start on demand or on spot, or on spot on fewer of its nodes (elastic).
+  // Launched free: the start on demand or on spot, or on spot on fewer of its nodes (elastic)
+  // when the market has fewer than the start's at time 0.
+  const SpotTrace& trace = s.spot.at("g4dn.12xlarge");
+  const bool short_at_start = trace.Available(0, 1 << 20, SpotReading::kCount, 0) < s.start.nodes;
   std::vector<char> free(idle, 0);
   for (int i = 0; i < idle; ++i) {
     Config elastic = s.start;
     elastic.purchase = Purchase::kSpot;
     elastic.nodes = all[i].nodes;
-    free[i] =
-        i == start_od || i == start_spot || (all[i] == elastic && elastic.nodes < s.start.nodes);
+    free[i] = i == start_od || i == start_spot ||
+              (all[i] == elastic && elastic.nodes < s.start.nodes && short_at_start);
   }
-  const SpotTrace& trace = s.spot.at("g4dn.12xlarge");
   auto capacity_ok = [&](const Config& c, int j) {
     const int need = c.purchase == Purchase::kSpot     ? c.nodes
                      : c.purchase == Purchase::kAnchor ? c.nodes - 1
@@ -291,6 +293,34 @@ TEST(Oracle, LaunchesElasticallyOnFewerOfTheStartsNodes) {
   EXPECT_LE(bf.cost, elastic.cost * (1 + 1e-9));
   EXPECT_LE(r.cost_lower, bf.cost * (1 + 1e-9));
   EXPECT_GE(r.cost, bf.cost * (1 - 1e-9));
+}
+
+// With all of the start's nodes to be had at time 0, the job is launched on all of them (as the
+// replay's cloudtune job is): a move onto fewer is a switch for the oracle too, and it agrees with
+// the brute force that charges it.
+TEST(Oracle, LaunchesOnTheStartWhenTheMarketHasAllItsNodes) {
+  Scenario s = Tiny();
+  s.candidates.push_back(Make(1, 4, 50));
+  core::Measurement m;
+  m.key = s.candidates.back().Key();
+  m.step_time = 0.35;
+  m.rows = 1;
+  s.traces.push_back(m);
+  s.start = Make(2, 4, 50);
+  s.spot.erase("g4dn.12xlarge");
+  s.spot.emplace("g4dn.12xlarge",
+                 SpotTrace::Parse(R"({"metadata": {"gap_seconds": 600}, "data": [2, 2, 2, 2, 2]})",
+                                  "full-capacity"));
+  const AloneRun elastic = RunAlone(s, Make(1, 4, 50, Purchase::kSpot));
+  ASSERT_GT(elastic.seconds, 0);
+  OracleOptions o;
+  o.horizon_h = (elastic.seconds + s.cost.switch_s + 1200) / 3600;
+  const OracleResult r = Oracle(s, o).Solve(0);
+  ASSERT_TRUE(r.finished);
+  const Best bf = BruteForce(s, static_cast<int>(std::ceil(o.horizon_h * 3600 / 600)));
+  EXPECT_LE(r.cost_lower, bf.cost * (1 + 1e-9));
+  EXPECT_GE(r.cost, bf.cost * (1 - 1e-9));
+  EXPECT_GT(r.cost, elastic.cost * (1 + 1e-6));  // no free launch on the one node
 }
 
 // A deadline is the horizon: the oracle's schedule ends by it, and a tighter one costs more.
