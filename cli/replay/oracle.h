@@ -38,7 +38,10 @@
 //   heuristic.
 // - The job starts in the start configuration, launched on demand or on spot (as the fixed-spot
 //   baseline is), at no cost: at time 0, or, having waited for spot capacity from time 0, when the
-//   capacity comes (the simulator launches a job that has not run yet without a restart). The run
+//   capacity comes (the simulator launches a job that has not run yet without a restart). On a
+//   type with a capacity trace it may start on spot on fewer of the start's nodes at no cost too,
+//   but only when the market has fewer than the start's nodes at time 0, as the cloudtune job's
+//   elastic launch does (CloudtuneLaunch); otherwise moving onto fewer nodes is a switch. The run
 //   must finish within `horizon_h` (the deadline when there is one; see OracleHorizon).
 // - Known limit: capacity that flips within a window (the 1-node traces tick every 32 s) is usable
 //   by a policy minute by minute but by the oracle only for whole windows, so there a policy that
