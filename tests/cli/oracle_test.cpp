@@ -270,18 +270,25 @@ TEST(Oracle, WithoutADeadlineTheHorizonLeavesRoomToWaitForTheNextWindow) {
   EXPECT_DOUBLE_EQ(OracleHorizon(s, slowest_h), 3 * slowest_h);
 }
 
-// A job launched on spot starts elastically on fewer of the start's nodes (as the replay's
-// cloudtune job does when the market has fewer): the oracle launches there without a switch too,
-// and agrees with the brute force that does.
-TEST(Oracle, LaunchesElasticallyOnFewerOfTheStartsNodes) {
+// Tiny, started on two nodes of 4 GPUs at local batch 50, with the same GPUs and batch on one of
+// its two machines traced too (where an elastic launch may start).
+Scenario TinyOnTwoNodes() {
   Scenario s = Tiny();
-  s.candidates.push_back(Make(1, 4, 50));  // the start's GPUs and batch on one of its two machines
+  s.candidates.push_back(Make(1, 4, 50));
   core::Measurement m;
   m.key = s.candidates.back().Key();
   m.step_time = 0.35;
   m.rows = 1;
   s.traces.push_back(m);
   s.start = Make(2, 4, 50);
+  return s;
+}
+
+// A job launched on spot starts elastically on fewer of the start's nodes (as the replay's
+// cloudtune job does when the market has fewer): the oracle launches there without a switch too,
+// and agrees with the brute force that does.
+TEST(Oracle, LaunchesElasticallyOnFewerOfTheStartsNodes) {
+  const Scenario s = TinyOnTwoNodes();
   const AloneRun elastic = RunAlone(s, Make(1, 4, 50, Purchase::kSpot));
   ASSERT_GT(elastic.seconds, 0);
   OracleOptions o;  // the outage, then the run on one node
@@ -299,14 +306,7 @@ TEST(Oracle, LaunchesElasticallyOnFewerOfTheStartsNodes) {
 // replay's cloudtune job is): a move onto fewer is a switch for the oracle too, and it agrees with
 // the brute force that charges it.
 TEST(Oracle, LaunchesOnTheStartWhenTheMarketHasAllItsNodes) {
-  Scenario s = Tiny();
-  s.candidates.push_back(Make(1, 4, 50));
-  core::Measurement m;
-  m.key = s.candidates.back().Key();
-  m.step_time = 0.35;
-  m.rows = 1;
-  s.traces.push_back(m);
-  s.start = Make(2, 4, 50);
+  Scenario s = TinyOnTwoNodes();
   s.spot.erase("g4dn.12xlarge");
   s.spot.emplace("g4dn.12xlarge",
                  SpotTrace::Parse(R"({"metadata": {"gap_seconds": 600}, "data": [2, 2, 2, 2, 2]})",
