@@ -28,6 +28,7 @@ double PositiveArg(const std::string& v, const std::string& arg) {
 struct StepsArgs {
   std::vector<std::string> observed;
   std::string batch, progress, from = "0";
+  double base_batch = 0;  // B0 the traces refer to; 0 = the smallest observed batch
   double extrapolate = 0.02;
   double drift_exponent = estimator::EfficiencyFitOptions{}.drift_exponent;
   double growth_sigma = estimator::EfficiencyFitOptions{}.growth_sigma;
@@ -73,7 +74,10 @@ void RunSteps(const StepsArgs& a) {
        << "% more)";
     throw InputError(os.str());
   }
+  if (!(a.base_batch >= 0) || !std::isfinite(a.base_batch))
+    throw InputError("--base-batch: must be a number >= 0 (0 = the smallest observed batch)");
   estimator::EfficiencyFitOptions fo;
+  fo.base_batch = a.base_batch;
   fo.drift_exponent = a.drift_exponent;
   fo.growth_sigma = a.growth_sigma;
   std::string err;
@@ -120,11 +124,14 @@ void RegisterStepsCommand(CLI::App& app) {
       "traces (progress,iteration,metric,grad_sqr,grad_var) observed at other batch sizes");
   c->add_option("--observed", a->observed,
                 "B=FILE: the validation trace of a run at total batch B (repeatable). grad_var is "
-                "normalised to, and progress counted in steps at, the smallest observed batch")
+                "normalised to, and progress counted in steps at, the base batch")
       ->required();
+  c->add_option("--base-batch", a->base_batch,
+                "B0 (samples): the batch the traces' progress and grad_var refer to (default 0 = "
+                "the smallest observed batch; give it when the traces were normalised to a batch "
+                "not observed here, e.g. a later run of a job that started smaller)");
   c->add_option("--batch", a->batch, "total batch size B of the predicted run (> 0)")->required();
-  c->add_option("--progress", a->progress, "target progress (steps at the smallest observed batch)")
-      ->required();
+  c->add_option("--progress", a->progress, "target progress (steps at the base batch)")->required();
   c->add_option("--from-progress", a->from, "progress already made (default 0)");
   c->add_option(
       "--extrapolate", a->extrapolate,

@@ -555,11 +555,14 @@ void SolveKnots(const std::vector<Use>& use, const std::vector<double>& kp,
   ceres::Solve(so, &problem, &summary);
 }
 
-// The growth exponent of rho0 beyond the observed progress, {mean, standard deviation}: the prior
-// updated by the least-squares slope of log r on log P (each observation brought to B0 by the
-// fitted drift) over the upper half (in log P) of the observed progress, one point per doubling
-// of progress, with its standard error; the prior alone with fewer than three doublings there. The
-// mean is kept within [0, 1].
+// The growth exponent of rho0 beyond the observed progress, {mean, standard deviation}. The mean:
+// the prior updated by the least-squares slope of log r on log P (each observation brought to B0
+// by the fitted drift) over the upper half (in log P) of the observed progress, one point per
+// doubling of progress, with its standard error; the prior alone with fewer than three doublings
+// there. It is kept within [0, 1]. The standard deviation stays the prior's: the records measure
+// the exponent of the stretch behind the job, and the one ahead may differ within the physics'
+// range (a decaying learning rate lifts r; a run near its loss floor flattens it), which no
+// scatter of the past shows.
 std::pair<double, double> ProgressGrowth(const std::vector<Use>& use, const EfficiencyModel& m) {
   const std::pair<double, double> prior{kGrowthPriorMean, kGrowthPriorSigma};
   double lo = kInf, hi = 0;
@@ -610,10 +613,10 @@ std::pair<double, double> ProgressGrowth(const std::vector<Use>& use, const Effi
     sse += e * e;
   }
   const double se = std::sqrt(sse / (n - 2) / sxx);
-  if (!(se > 0)) return {std::clamp(slope, 0.0, 1.0), 0.0};
+  if (!(se > 0)) return {std::clamp(slope, 0.0, 1.0), prior.second};
   const double w_prior = 1 / (prior.second * prior.second), w_data = 1 / (se * se);
   return {std::clamp((w_prior * prior.first + w_data * slope) / (w_prior + w_data), 0.0, 1.0),
-          1 / std::sqrt(w_prior + w_data)};
+          prior.second};
 }
 
 }  // namespace

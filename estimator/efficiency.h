@@ -124,9 +124,10 @@ struct EfficiencyFitOptions {
   // progress) of what it has seen, averaged per doubling of progress, give a least-squares slope
   // and its standard error (three or more doublings; records evenly spaced in time would otherwise
   // weigh the latest doubling alone, as if independent); delta is the posterior mean of the two,
-  // within [0, 1], and its posterior standard deviation widens every prediction beyond P_max. A
-  // faster growth (a decaying learning rate) is left to later observations. false = flat beyond
-  // P_max, with no such uncertainty.
+  // within [0, 1]. Its standard deviation stays the prior's, and widens every prediction beyond
+  // P_max: the records measure the exponent behind the job, not the one ahead (a decaying
+  // learning rate lifts r, a run near its loss floor flattens it). false = flat beyond P_max, with
+  // no such uncertainty.
   bool fit_progress_growth = true;
   bool IsValid(std::string* error) const;
 };

@@ -12,6 +12,8 @@ for f in data/traces/gavel/*.csv; do sets+=("$(basename "$f" .csv)=$f"); done
 python3 ../shared/eval/fit_accuracy.py --cli $B/cloudtune "${sets[@]}"
 echo "== steps accuracy"
 python3 ../shared/eval/steps_accuracy.py --cli $B/cloudtune ../shared/data/traces/pollux-t4/{cifar10,imagenet,bert,ncf}
+echo "== steps forecast along progress (a run observed part of its way)"
+python3 scripts/steps_forecast.py --cli $B/cloudtune ../shared/data/traces/pollux-t4/{cifar10,imagenet,bert,ncf}
 echo "== replay"
 $B/cloudtune replay data/scenarios/*.json
 echo "== benchmarks"

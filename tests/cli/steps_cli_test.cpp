@@ -76,6 +76,26 @@ TEST(StepsCli, SingleObservedBatchIsThePlainTheoryAndFlagged) {
   EXPECT_NEAR(j.at("iterations").get<double>(), j.at("iterations_plain_theory").get<double>(), 1);
 }
 
+TEST(StepsCli, BaseBatchIsTheBatchTheTracesReferTo) {
+  // The run at 256 reached progress 39062.9 (counted in steps at 128) in 20,377 steps. Observed
+  // alone, its progress column is read in steps at 256 unless --base-batch says otherwise.
+  CLOUDTUNE_NEEDS_SHARED_DATA();
+  const std::string obs = "--observed 256=" + kDir + "validation-256.csv --batch 256";
+  Result as_b0 = RunSteps(obs + " --progress 39062.9");
+  Result named = RunSteps(obs + " --progress 39062.9 --base-batch 128");
+  ASSERT_EQ(as_b0.status, 0) << as_b0.err;
+  ASSERT_EQ(named.status, 0) << named.err;
+  auto a = nlohmann::json::parse(as_b0.out), n = nlohmann::json::parse(named.out);
+  EXPECT_NEAR(a.at("iterations").get<double>(), 39063, 1);  // one B0-step a step
+  EXPECT_EQ(n.at("base_batch").get<double>(), 128);
+  EXPECT_NEAR(n.at("iterations").get<double>(), 20377, 0.02 * 20377);
+  Result bad = RunSteps(obs + " --progress 100 --base-batch -1");
+  EXPECT_NE(bad.status, 0);
+  EXPECT_EQ(bad.err,
+            "cloudtune: error: --base-batch: must be a number >= 0 (0 = the smallest observed "
+            "batch)\n");
+}
+
 TEST(StepsCli, WritesTheModel) {
   const std::string m = TmpDir() + "/model.json";
   Result r = RunSteps(kObs + " --batch 1024 --progress 1000 -o " + m);
