@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """How well `cloudtune steps` forecasts along progress: a run observed up to part of its way.
 
-usage: steps_forecast.py [--cli build/bin/cloudtune] [--fractions 0.02,0.05,...] MODEL_DIR [...]
+usage: steps_forecast.py [--cli build/bin/cloudtune] [--fractions 0.02,0.05,...] [--cases]
+                         [--require-2sigma PCT] MODEL_DIR [...]
 
 shared/eval/steps_accuracy.py observes whole runs and predicts other batch sizes. A live job sees
 less: its own run, at its batch, up to the progress it has made. Each MODEL_DIR holds
@@ -47,14 +48,18 @@ def iteration_at(points, p):
     return points[-1][1]
 
 
+def within(cases, k):
+    return 100 * sum(abs(x) <= k * s for x, s in cases) / len(cases)
+
+
 def summary(label, cases):
     if not cases:
         return
     e = [c[0] for c in cases]
     rms = math.sqrt(sum(x * x for x in e) / len(e))
-    within = lambda k: 100 * sum(abs(x) <= k * s for x, s in cases) / len(cases)
     print("%-22s n %4d  rms log error %.3f  mean %+.3f  within 1 sigma %3.0f%%  2 sigma %3.0f%%"
-          % (label, len(cases), rms, sum(e) / len(e), within(1), within(2)), flush=True)
+          % (label, len(cases), rms, sum(e) / len(e), within(cases, 1), within(cases, 2)),
+          flush=True)
 
 
 def main():
@@ -63,9 +68,15 @@ def main():
     ap.add_argument("--cli", default="build/bin/cloudtune")
     ap.add_argument("--fractions", default="0.02,0.03,0.05,0.07,0.1,0.15,0.2,0.3,0.4,0.5,0.6,0.7,0.8")
     ap.add_argument("--cases", action="store_true", help="also print every forecast")
+    ap.add_argument("--require-2sigma", type=float, default=0,
+                    help="exit 1 when fewer than this share (%%) of all truths lie within 2 sigma;"
+                         " exit 77 when a model folder is absent (a test's skip)")
     ap.add_argument("models", nargs="+")
     a = ap.parse_args()
     fractions = [float(f) for f in a.fractions.split(",")]
+    if a.require_2sigma and not all(os.path.isdir(m) for m in a.models):
+        print("skipped: a model folder is absent (the shared data?)")
+        sys.exit(77)
     everything = []
     with tempfile.TemporaryDirectory() as tmp:
         for folder in a.models:
@@ -108,9 +119,17 @@ def main():
                                   " sigma %.3f" % (name, b, f, ratio, float(out["iterations"]),
                                                    truth, case[0], case[1]))
                         everything.append(case)
+            if not any(by_ratio.values()):
+                print("%-22s no case: every cut leaves fewer than two rows" % name)
             for ratio, cases in by_ratio.items():
                 summary("%s %dx" % (name, ratio), cases)
     summary("all", everything)
+    if a.require_2sigma:
+        share = within(everything, 2) if everything else 0
+        print("%s: %.0f%% within 2 sigma (at least %.0f%% required)"
+              % ("PASS" if share >= a.require_2sigma else "FAIL", share, a.require_2sigma))
+        if share < a.require_2sigma:
+            sys.exit(1)
 
 
 if __name__ == "__main__":
