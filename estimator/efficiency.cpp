@@ -11,7 +11,6 @@
 #include <memory>
 #include <sstream>
 #include <stdexcept>
-#include <tuple>
 #include <utility>
 
 #include "estimator/core/csv.h"
@@ -555,20 +554,19 @@ void SolveKnots(const std::vector<Use>& use, const std::vector<double>& kp,
   ceres::Solve(so, &problem, &summary);
 }
 
-// The growth exponent of rho0 beyond the observed progress, {mean, standard deviation}. The mean:
-// the prior updated by the least-squares slope of log r on log P (each observation brought to B0
-// by the fitted drift) over the upper half (in log P) of the observed progress, one point per
-// doubling of progress, with its standard error; the prior alone with fewer than three doublings
-// there. It is kept within [0, 1]. The standard deviation stays the prior's: the records measure
-// the exponent of the stretch behind the job, and the one ahead may differ within the physics'
-// range (a decaying learning rate lifts r; a run near its loss floor flattens it), which no
-// scatter of the past shows.
-std::pair<double, double> ProgressGrowth(const std::vector<Use>& use, const EfficiencyModel& m) {
-  const std::pair<double, double> prior{kGrowthPriorMean, kGrowthPriorSigma};
+// The mean growth exponent of rho0 beyond the observed progress: the prior updated by the
+// least-squares slope of log r on log P (each observation brought to B0 by the fitted drift) over
+// the upper half (in log P) of the observed progress, one point per doubling of progress, weighed
+// by its standard error; the prior alone with fewer than three doublings there. It is kept within
+// [0, 1]. Its standard deviation is the prior's whatever the records (kGrowthPriorSigma): they
+// measure the exponent of the stretch behind the job, and the one ahead may differ within the
+// physics' range (a decaying learning rate lifts r; a run near its loss floor flattens it), which
+// no scatter of the past shows.
+double ProgressGrowth(const std::vector<Use>& use, const EfficiencyModel& m) {
   double lo = kInf, hi = 0;
   for (const auto& u : use)
     if (u.progress > 0) lo = std::min(lo, u.progress), hi = std::max(hi, u.progress);
-  if (!(hi > lo)) return prior;
+  if (!(hi > lo)) return kGrowthPriorMean;
   const double from = 0.5 * (std::log(lo) + std::log(hi));
   std::vector<double> x, y;
   const Use* last = nullptr;
@@ -600,12 +598,12 @@ std::pair<double, double> ProgressGrowth(const std::vector<Use>& use, const Effi
   x.clear(), y.clear();
   for (const auto& [doubling, b] : bins) x.push_back(b.x / b.n), y.push_back(b.y / b.n);
   const size_t n = x.size();
-  if (n < 3) return prior;
+  if (n < 3) return kGrowthPriorMean;
   double mx = 0, my = 0;
   for (size_t i = 0; i < n; ++i) mx += x[i] / n, my += y[i] / n;
   double sxx = 0, sxy = 0;
   for (size_t i = 0; i < n; ++i) sxx += (x[i] - mx) * (x[i] - mx), sxy += (x[i] - mx) * (y[i] - my);
-  if (!(sxx > 0)) return prior;
+  if (!(sxx > 0)) return kGrowthPriorMean;
   const double slope = sxy / sxx;
   double sse = 0;
   for (size_t i = 0; i < n; ++i) {
@@ -613,10 +611,9 @@ std::pair<double, double> ProgressGrowth(const std::vector<Use>& use, const Effi
     sse += e * e;
   }
   const double se = std::sqrt(sse / (n - 2) / sxx);
-  if (!(se > 0)) return {std::clamp(slope, 0.0, 1.0), prior.second};
-  const double w_prior = 1 / (prior.second * prior.second), w_data = 1 / (se * se);
-  return {std::clamp((w_prior * prior.first + w_data * slope) / (w_prior + w_data), 0.0, 1.0),
-          prior.second};
+  if (!(se > 0)) return std::clamp(slope, 0.0, 1.0);
+  const double w_prior = 1 / (kGrowthPriorSigma * kGrowthPriorSigma), w_data = 1 / (se * se);
+  return std::clamp((w_prior * kGrowthPriorMean + w_data * slope) / (w_prior + w_data), 0.0, 1.0);
 }
 
 }  // namespace
@@ -665,7 +662,10 @@ EfficiencyModel FitEfficiency(const std::vector<NoiseObservation>& obs,
     abs_res.push_back(std::abs(u.log_r - r0 - LogRatioOffset(d, u.s, m.gamma_)));
   }
   m.residual_rms_ = 1.4826 * core::Median(abs_res, 0.0);
-  if (options.fit_progress_growth) std::tie(m.delta_, m.delta_sigma_) = ProgressGrowth(use, m);
+  if (options.fit_progress_growth) {
+    m.delta_ = ProgressGrowth(use, m);
+    m.delta_sigma_ = kGrowthPriorSigma;
+  }
   return m;
 }
 
@@ -741,7 +741,7 @@ EfficiencyModel EfficiencyModel::FromNoiseAndHistory(const NoiseState& s,
   for (const auto& o : history)
     if (Usable(o) && o.batch > 0 && o.progress >= 0 && o.progress <= progress)
       use.push_back(ToUse(o, m.base_batch_));
-  std::tie(m.delta_, m.delta_sigma_) = ProgressGrowth(use, m);
+  m.delta_ = ProgressGrowth(use, m);  // its width stays FromNoise's, the prior's
   return m;
 }
 
