@@ -161,6 +161,9 @@ void RegisterFitCommands(CLI::App& app) {
                   "Std. dev. of the all-reduce's growth exponent beyond the replica counts seen "
                   "(widens those predictions; 0 = off)")
       ->capture_default_str();
+  fit->add_flag("--loo-widening,!--no-loo-widening", fa->options.fit.loo_widening,
+                "Widen the stated uncertainty by the fit's own leave-one-out errors where they "
+                "exceed it (on by default)");
   fit->callback([fa] { RunFit(*fa); });
 
   auto pa = std::make_shared<PredictArgs>();

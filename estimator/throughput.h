@@ -126,6 +126,15 @@ struct ThroughputFitOptions {
   double cost_tolerance = 0.01;
   // Compute the parameter covariance (for log_sigma and identified flags).
   bool compute_uncertainty = true;
+  // Check the stated uncertainty against the fit's own leave-one-out errors and widen it where
+  // they are larger: a form that misfits the data (a shape no smooth term has, placements out of
+  // order) shows as leave-one-out errors beyond the stated variance, which the fitted parameters'
+  // covariance and the noise scale do not see. The factor (ThroughputModel::loo_variance_scale)
+  // is the mean squared leave-one-out error over the predicted variance, shrunk towards 1, and
+  // never below 1: leaving one configuration out keeps its neighbours (the same placement at other
+  // batch sizes), so it is the optimistic side of holding out what a job has not run. Needs
+  // compute_uncertainty.
+  bool loo_widening = true;
 
   bool IsValid(std::string* error) const;
 };
@@ -164,6 +173,9 @@ class ThroughputModel {
   double b_ref() const { return b_ref_; }
   // Scatter of a single configuration's log(step time) around the model (used in log_sigma).
   double noise_sigma() const { return noise_sigma_; }
+  // Factor (>= 1) on the variance of every prediction's log step time from the fit's
+  // leave-one-out check (ThroughputFitOptions::loo_widening); 1 = the stated variance held.
+  double loo_variance_scale() const { return loo_variance_scale_; }
   const ThroughputFitStats& stats() const { return stats_; }
 
   // Per-value effects (log multipliers; 0 for values the fit did not see).
@@ -231,6 +243,7 @@ class ThroughputModel {
   double compute_effect_sigma_ = 0.05;
   double sync_batch_effect_sigma_ = 0.1;
   double growth_sigma_ = 0.29;
+  double loo_variance_scale_ = 1.0;
   // The largest replica count the fit saw with R >= 2 on one machine (local = true) or over the
   // network; 0 if none.
   int MaxReplicasSeen(bool local) const;

@@ -277,7 +277,8 @@ nlohmann::json ThroughputModel::ToJson() const {
                 {"batch_effect_sigma", batch_effect_sigma_},
                 {"compute_effect_sigma", compute_effect_sigma_},
                 {"sync_batch_effect_sigma", sync_batch_effect_sigma_},
-                {"growth_sigma", growth_sigma_}};
+                {"growth_sigma", growth_sigma_},
+                {"loo_variance_scale", loo_variance_scale_}};
   nlohmann::json ps = nlohmann::json::array();
   for (int i = 0; i < kC; ++i) {
     ps.push_back({{"name", ThroughputParamName(i)},
@@ -356,6 +357,11 @@ ThroughputModel ThroughputModel::FromJson(const nlohmann::json& j, const std::st
   m.sync_batch_effect_sigma_ = r.Number(mo, "sync_batch_effect_sigma", "model");
   // Absent from models written before the growth term: those predicted without it.
   m.growth_sigma_ = mo.contains("growth_sigma") ? r.Number(mo, "growth_sigma", "model") : 0.0;
+  // Absent from models written before the leave-one-out check: 1, the variance as stated.
+  m.loo_variance_scale_ =
+      mo.contains("loo_variance_scale") ? r.Number(mo, "loo_variance_scale", "model") : 1.0;
+  if (!(m.loo_variance_scale_ >= 1) || !std::isfinite(m.loo_variance_scale_))
+    r.Fail("model.loo_variance_scale: must be a finite number >= 1");
   for (double s :
        {m.noise_sigma_, m.node_effect_sigma_, m.placement_effect_sigma_, m.batch_effect_sigma_,
         m.compute_effect_sigma_, m.sync_batch_effect_sigma_, m.growth_sigma_})

@@ -196,7 +196,7 @@ StepPrediction ThroughputModel::Predict(const ConfigKey& key, int gpus_per_node)
       var += s * s;
     }
   }
-  p.log_sigma = std::sqrt(std::max(0.0, var));
+  p.log_sigma = std::sqrt(std::max(0.0, var * loo_variance_scale_));
   return p;
 }
 

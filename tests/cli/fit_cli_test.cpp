@@ -222,6 +222,21 @@ TEST(FitCli, BadOptionsNameTheOption) {
   std::ifstream in(model);
   const auto j = nlohmann::json::parse(in);
   EXPECT_EQ(j.at("types").at("v100").at("model").at("model").at("growth_sigma").get<double>(), 0.0);
+  // The leave-one-out check: on by default (Gavel's V100 placements out of order widen it), off
+  // with --no-loo-widening, and written to the model either way.
+  auto loo_scale = [&](const std::string& flags) {
+    EXPECT_EQ(RunCli("fit " + kGavel + "v100_resnet50.csv -o " + model + flags).status, 0);
+    std::ifstream f(model);
+    return nlohmann::json::parse(f)
+        .at("types")
+        .at("v100")
+        .at("model")
+        .at("model")
+        .at("loo_variance_scale")
+        .get<double>();
+  };
+  EXPECT_GT(loo_scale(""), 1.0);
+  EXPECT_EQ(loo_scale(" --no-loo-widening"), 1.0);
   // The bytes a step all-reduces: named when negative, written to the model when given.
   r = RunCli("fit " + kGavel + "v100_resnet50.csv -o " + model + " --gradient-bytes=-1");
   EXPECT_EQ(r.status, 1);

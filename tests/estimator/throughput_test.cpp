@@ -248,6 +248,55 @@ TEST(ThroughputFit, UncertaintyCoversHeldOutConfigurations) {
   EXPECT_GE(f3, 0.9);
 }
 
+// A truth with a per-configuration scatter that no term of the form has (a shape particular to each
+// configuration, as Gavel's placements out of order): the effects absorb part of it, so the fit's
+// in-sample noise scale under-states what a held-out configuration errs by. The leave-one-out check
+// sees it and widens the intervals. Where the form holds (measurement noise only), it leaves them.
+TEST(ThroughputFit, TheLeaveOneOutCheckWidensWhatTheFormMisfits) {
+  const Truth t;
+  struct Result {
+    double scale = 0, z2 = 0;  // means over the seeds and the held-out configurations
+  };
+  auto run = [&](double scatter, bool loo) {
+    Result r;
+    int n = 0;
+    constexpr int kSeeds = 20;
+    for (unsigned seed = 0; seed < kSeeds; ++seed) {
+      std::mt19937 rng(seed);
+      std::normal_distribution<double> z(0.0, 1.0);
+      std::vector<Measurement> train, test;
+      const auto keys = Grid();
+      for (size_t i = 0; i < keys.size(); ++i) {
+        Measurement m = Measure(t, keys[i], &rng, 0.02);
+        m.step_time *= std::exp(scatter * z(rng));
+        m.sync_time = 0;  // step times only: the sync time is "not measured"
+        (i % 4 == seed % 4 ? test : train).push_back(m);
+      }
+      ThroughputFitOptions o;
+      o.loo_widening = loo;
+      const auto m = FitThroughput(train, o);
+      r.scale += m.loo_variance_scale() / kSeeds;
+      for (const auto& x : test) {
+        const auto p = m.Predict(x.key);
+        r.z2 += std::pow(std::log(p.step_time / x.step_time) / p.log_sigma, 2);
+        ++n;
+      }
+    }
+    r.z2 /= n;
+    return r;
+  };
+  // Mean squared standardised held-out error: 1 when the stated variance is right.
+  const Result smooth = run(0.0, true), off = run(0.2, false), on = run(0.2, true);
+  EXPECT_LT(smooth.scale, 1.1);
+  EXPECT_GT(smooth.z2, 0.7);
+  EXPECT_LT(smooth.z2, 1.3);
+  EXPECT_DOUBLE_EQ(off.scale, 1.0);
+  EXPECT_GT(off.z2, 1.4) << "without the check the misfit is under-stated";  // 1.63
+  EXPECT_GT(on.scale, 1.3);                                                  // 1.67
+  EXPECT_GT(on.z2, 0.75);
+  EXPECT_LT(on.z2, 1.3) << on.z2;  // 1.03
+}
+
 // What a prediction adds for a placement the fit has not seen is the spread of the placement
 // effects it found (one EM step from the prior, shrunk towards it): all-reduce times that scatter
 // by placement (+-0.4 in log) widen it above the prior's 0.1, a smooth truth narrows it. (One
@@ -319,7 +368,8 @@ TEST(ThroughputFit, MoreReplicasThanSeenCarryTheGrowthTermsUncertainty) {
     const double extra = p.log_sigma * p.log_sigma - q.log_sigma * q.log_sigma;
     const double bound = 0.29 * std::log(r / 32.0);
     EXPECT_GT(extra, last_extra) << "R = " << r;
-    EXPECT_LE(extra, bound * bound * (1 + 1e-9)) << "R = " << r;  // sensitivity <= 1
+    // Sensitivity <= 1; every term of the variance carries the leave-one-out check's factor.
+    EXPECT_LE(extra, bound * bound * with.loo_variance_scale() * (1 + 1e-9)) << "R = " << r;
     last_extra = extra;
     const double z = std::abs(std::log(step(k) / p.step_time));
     EXPECT_LE(z, 2 * p.log_sigma) << "R = " << r << ": truth outside 2 sigma";
@@ -417,6 +467,7 @@ TEST(ThroughputJson, RoundTripKeepsPredictions) {
     EXPECT_NEAR(a.log_sigma, b.log_sigma, 1e-9);
   }
   for (int i = 0; i < kNumThroughputParams; ++i) EXPECT_EQ(m.identified(i), m2.identified(i));
+  EXPECT_EQ(m.loo_variance_scale(), m2.loo_variance_scale());
   EXPECT_EQ(m.compute_placements(), m2.compute_placements());
   EXPECT_EQ(m.compute_effect(3, 9), m2.compute_effect(3, 9));
 }
@@ -460,6 +511,12 @@ TEST(ThroughputJson, MalformedModelsAreRejectedWithTheField) {
   j = good;
   j["model"].erase("b_ref");
   EXPECT_EQ(FromJsonError(j), "model.json: model.b_ref: missing");
+  j = good;
+  j["model"]["loo_variance_scale"] = 0.5;
+  EXPECT_EQ(FromJsonError(j), "model.json: model.loo_variance_scale: must be a finite number >= 1");
+  j = good;
+  j["model"].erase("loo_variance_scale");  // a model written before the check: the variance as is
+  EXPECT_EQ(ThroughputModel::FromJson(j, "model.json").loo_variance_scale(), 1.0);
   j = good;
   j["covariance"]["core"].erase(0);
   EXPECT_NE(FromJsonError(j).find("model.json: covariance.core: expected a "), std::string::npos);
