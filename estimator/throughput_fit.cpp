@@ -713,7 +713,7 @@ void ThroughputModel::Fitter::LeaveOneOutCheck() {
   double sum_z2 = 0, count = 0;
   for (size_t i = 0; i < n; i += stride) {
     const StepPrediction p = m_.Predict(data_[i].key);
-    if (!(p.step_time > 0)) continue;
+    if (!(p.step_time > 0) || !std::isfinite(p.log_sigma)) continue;
     const double v = std::max(0.0, p.log_sigma * p.log_sigma - s2);
     const double h = std::min(kMaxLeverage, v / s2);
     const double e = (rows_[i].log_step - std::log(p.step_time)) / (1 - h);
