@@ -20,7 +20,6 @@ then the same over everything. Standard library only.
 """
 import argparse
 import csv
-import glob
 import json
 import math
 import os
@@ -28,15 +27,13 @@ import subprocess
 import sys
 import tempfile
 
+from steps_calibration import runs as validation_runs
+
 
 def runs(folder):
-    out = {}
-    for path in glob.glob(os.path.join(folder, "validation-*.csv")):
-        b = int(os.path.basename(path)[len("validation-"):-len(".csv")])
-        with open(path, newline="") as f:
-            rows = list(csv.DictReader(f))
-        out[b] = (rows, [(float(r["progress"]), float(r["iteration"])) for r in rows])
-    return dict(sorted(out.items()))
+    """{B: (rows, [(progress, iteration)])} of the folder's validation-<B>.csv."""
+    return {b: (rows, [(float(r["progress"]), float(r["iteration"])) for r in rows])
+            for b, (_, rows) in validation_runs(folder).items()}
 
 
 def iteration_at(points, p):
