@@ -19,7 +19,105 @@ MeasuredSteps::Carry MeasuredSteps::ParseCarry(const std::string& text, const st
   throw InputError(where + ": '" + text + "' (expected metric or progress)");
 }
 
-MeasuredSteps MeasuredSteps::Load(const std::map<int, std::string>& runs, Carry carry) {
+MeasuredSteps::Mode MeasuredSteps::ParseMode(const std::string& text, const std::string& where) {
+  if (text == "max") return Mode::kMax;
+  if (text == "min") return Mode::kMin;
+  throw InputError(where + ": '" + text + "' (expected max or min)");
+}
+
+// One validation CSV's rows: the iteration and the carried column's value.
+struct MeasuredSteps::Rows {
+  std::vector<double> iteration, value;
+};
+
+namespace {
+
+using Rows = MeasuredSteps::Rows;
+
+Rows ReadRows(const std::string& text, const std::string& name, const char* column) {
+  std::istringstream in(text);
+  std::string line;
+  if (!std::getline(in, line)) csv::Fail(name, 1, 0, "empty file (no header)");
+  const auto header = csv::Split(line);
+  int ci = -1, cm = -1;
+  for (size_t i = 0; i < header.size(); ++i) {
+    if (header[i] == "iteration") ci = static_cast<int>(i);
+    if (header[i] == column) cm = static_cast<int>(i);
+  }
+  if (ci < 0) csv::Fail(name, 1, 0, "missing column 'iteration'");
+  if (cm < 0) csv::Fail(name, 1, 0, std::string("missing column '") + column + "'");
+  Rows r;
+  double last_it = 0;
+  int ln = 1;
+  while (std::getline(in, line)) {
+    ++ln;
+    if (csv::Trim(line).empty()) continue;
+    const auto f = csv::Split(line);
+    if (f.size() != header.size())
+      csv::Fail(name, ln, 0,
+                "expected " + std::to_string(header.size()) + " fields, found " +
+                    std::to_string(f.size()));
+    const double it = csv::Number(f[ci], name, ln, ci + 1, "iteration");
+    const double value = csv::Number(f[cm], name, ln, cm + 1, column, true);
+    if (it < last_it)
+      csv::Fail(name, ln, ci + 1, "iteration: " + f[ci] + " is less than the previous row's");
+    last_it = it;
+    r.iteration.push_back(it);
+    r.value.push_back(value);
+  }
+  if (r.iteration.empty()) csv::Fail(name, 1, 0, "no data rows after the header");
+  return r;
+}
+
+// +1 where a higher metric is better, -1 where a lower one is: stated, or read from the runs
+// (each run's last row against its first; they must agree).
+double MetricSign(MeasuredSteps::Mode mode, const std::map<int, Rows>& rows,
+                  const std::map<int, std::string>& names) {
+  if (mode == MeasuredSteps::Mode::kMax) return 1;
+  if (mode == MeasuredSteps::Mode::kMin) return -1;
+  int rises = 0, falls = 0;
+  std::string rose, fell;
+  for (const auto& [b, r] : rows) {
+    const std::string run = "the run at batch " + std::to_string(b) + " (" + names.at(b) + ")";
+    if (r.value.back() > r.value.front()) ++rises, rose = run;
+    if (r.value.back() < r.value.front()) ++falls, fell = run;
+  }
+  if (rises > 0 && falls == 0) return 1;
+  if (falls > 0 && rises == 0) return -1;
+  const std::string why =
+      rises > 0 ? "it rises over " + rose + " and falls over " + fell
+                : std::string("no run's metric differs between its first row and its last");
+  const std::string what = "cannot tell whether a higher or a lower metric is better";
+  throw InputError(names.begin()->second + ": metric: " + what + " (" + why +
+                   "); set \"metric_mode\" to \"max\" or \"min\"");
+}
+
+}  // namespace
+
+MeasuredSteps MeasuredSteps::Build(std::map<int, Rows>&& rows,
+                                   const std::map<int, std::string>& names, Carry carry,
+                                   Mode mode) {
+  MeasuredSteps m;  // `rows` is not empty (Load and Parse check)
+  m.carry_ = carry;
+  if (carry == Carry::kMetric) m.sign_ = MetricSign(mode, rows, names);
+  for (auto& [b, r] : rows) {
+    // The rows where the best value so far rises: between them the run is taken to approach the
+    // next best linearly (a plateau of validation rows would otherwise freeze the carried state,
+    // which a run does not).
+    Run run;
+    for (size_t i = 0; i < r.iteration.size(); ++i) {
+      const double v = m.sign_ * r.value[i];
+      if (run.best.empty() || v > run.best.back()) {
+        run.iteration.push_back(r.iteration[i]);
+        run.best.push_back(v);
+      }
+    }
+    m.runs_[b] = std::move(run);
+  }
+  return m;
+}
+
+MeasuredSteps MeasuredSteps::Load(const std::map<int, std::string>& runs, Carry carry, Mode mode) {
   std::map<int, std::string> texts;
   for (const auto& [b, path] : runs) {
     std::ifstream in(path);
@@ -28,63 +126,28 @@ MeasuredSteps MeasuredSteps::Load(const std::map<int, std::string>& runs, Carry 
     s << in.rdbuf();
     texts[b] = s.str();
   }
-  MeasuredSteps m;
-  m.carry_ = carry;
+  const char* column = carry == Carry::kMetric ? "metric" : "progress";
+  std::map<int, Rows> rows;
   for (const auto& [b, text] : texts) {
-    MeasuredSteps one = Parse({{b, text}}, runs.at(b), carry);
-    m.runs_[b] = one.runs_.at(b);
+    if (b < 1) throw InputError(runs.at(b) + ": batch " + std::to_string(b) + " must be >= 1");
+    rows[b] = ReadRows(text, runs.at(b), column);
   }
-  if (m.runs_.empty()) throw InputError("measured steps: no validation runs");
-  return m;
+  if (rows.empty()) throw InputError("measured steps: no validation runs");
+  return Build(std::move(rows), runs, carry, mode);
 }
 
 MeasuredSteps MeasuredSteps::Parse(const std::map<int, std::string>& texts, const std::string& name,
-                                   Carry carry) {
-  MeasuredSteps m;
-  m.carry_ = carry;
+                                   Carry carry, Mode mode) {
   const char* column = carry == Carry::kMetric ? "metric" : "progress";
+  std::map<int, Rows> rows;
+  std::map<int, std::string> names;
   for (const auto& [batch, text] : texts) {
     if (batch < 1) throw InputError(name + ": batch " + std::to_string(batch) + " must be >= 1");
-    std::istringstream in(text);
-    std::string line;
-    if (!std::getline(in, line)) csv::Fail(name, 1, 0, "empty file (no header)");
-    const auto header = csv::Split(line);
-    int ci = -1, cm = -1;
-    for (size_t i = 0; i < header.size(); ++i) {
-      if (header[i] == "iteration") ci = static_cast<int>(i);
-      if (header[i] == column) cm = static_cast<int>(i);
-    }
-    if (ci < 0) csv::Fail(name, 1, 0, "missing column 'iteration'");
-    if (cm < 0) csv::Fail(name, 1, 0, std::string("missing column '") + column + "'");
-    Run r;
-    double last_it = 0;
-    int ln = 1;
-    while (std::getline(in, line)) {
-      ++ln;
-      if (csv::Trim(line).empty()) continue;
-      const auto f = csv::Split(line);
-      if (f.size() != header.size())
-        csv::Fail(name, ln, 0,
-                  "expected " + std::to_string(header.size()) + " fields, found " +
-                      std::to_string(f.size()));
-      const double it = csv::Number(f[ci], name, ln, ci + 1, "iteration");
-      const double metric = csv::Number(f[cm], name, ln, cm + 1, column, true);
-      if (it < last_it)
-        csv::Fail(name, ln, ci + 1, "iteration: " + f[ci] + " is less than the previous row's");
-      last_it = it;
-      // The rows where the best metric so far rises: between them the run is taken to approach
-      // the next best linearly (a plateau of validation rows would otherwise freeze the carried
-      // state, which a run does not).
-      if (r.best.empty() || metric > r.best.back()) {
-        r.iteration.push_back(it);
-        r.best.push_back(metric);
-      }
-    }
-    if (r.iteration.empty()) csv::Fail(name, 1, 0, "no data rows after the header");
-    m.runs_[batch] = std::move(r);
+    rows[batch] = ReadRows(text, name, column);
+    names[batch] = name;
   }
-  if (m.runs_.empty()) throw InputError(name + ": no validation runs");
-  return m;
+  if (rows.empty()) throw InputError(name + ": no validation runs");
+  return Build(std::move(rows), names, carry, mode);
 }
 
 std::vector<int> MeasuredSteps::batches() const {
@@ -107,7 +170,8 @@ double MeasuredSteps::StartMetric() const {
 }
 
 double MeasuredSteps::IterationsTo(const Run& r, double m) {
-  // Before the first validation row: linear from metric 0 at iteration 0.
+  // Before the first validation row: linear from metric 0 at iteration 0 where that row is above 0;
+  // a negated metric (below 0) starts at its first row.
   if (m <= r.best.front())
     return r.best.front() > 0 ? r.iteration.front() * std::clamp(m / r.best.front(), 0.0, 1.0)
                               : r.iteration.front();

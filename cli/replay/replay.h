@@ -35,8 +35,12 @@
 //   "validation": {"128": "validation-128.csv", "256": "...", ...},  // optional measured truth
 //   "carry": "metric",               // optional with "validation": metric | progress, the
 //                                    // measured value carried across batch changes
-//   "target_metric": 0.94,           // optional with "validation": the carried value to reach;
-//                                    // default the highest value every run reaches
+//   "metric_mode": "max",            // optional with "validation": max | min, whether a higher
+//                                    // or a lower validation metric is better (default: read
+//                                    // from the runs, each run's last row against its first)
+//   "target_metric": 0.94,           // optional with "validation": the carried value to reach,
+//                                    // in the traces' units; default the best value every run
+//                                    // reaches
 //   "spot": {"reading": "count",     // optional real spot capacity: count | zero-is-up
 //            "offset_h": 24,         // seed k starts k x offset_h into the traces
 //            "traces": {"p3.2xlarge": "availability.json", ...}}

@@ -143,7 +143,8 @@ void PrintRunHeader(std::ostream& out, const replay::Scenario& s, uint64_t seed)
   std::ostringstream os;
   os << "scenario " << s.name << "  seed " << seed << "  (target ";
   if (s.measured)
-    os << "metric " << s.target_metric << " = " << s.target_progress << " B0-steps, measured";
+    os << "metric " << s.measured->Metric(s.target_metric) << " = " << s.target_progress
+       << " B0-steps, measured";
   else
     os << "progress " << s.target_progress << " B0-steps, plain theory";
   os << "; " << s.candidates.size() << " traced configurations";

@@ -143,6 +143,10 @@ void ParseMeasuredTruth(const nlohmann::json& j, const std::string& name,
       j.contains("carry")
           ? MeasuredSteps::ParseCarry(j["carry"].get<std::string>(), name + ": carry")
           : MeasuredSteps::Carry::kMetric;
+  const MeasuredSteps::Mode mode =
+      j.contains("metric_mode")
+          ? MeasuredSteps::ParseMode(j["metric_mode"].get<std::string>(), name + ": metric_mode")
+          : MeasuredSteps::Mode::kAuto;
   for (const auto& run : runs) {  // what a job running at each batch measures
     const int b = run.first;
     const std::string& path = run.second;
@@ -155,16 +159,20 @@ void ParseMeasuredTruth(const nlohmann::json& j, const std::string& name,
     s.noise_by_batch[b] = std::move(obs);
   }
   s.measured = std::make_shared<MeasuredSteps>(
-      Referenced(name + ": validation", [&] { return MeasuredSteps::Load(runs, carry); }));
+      Referenced(name + ": validation", [&] { return MeasuredSteps::Load(runs, carry, mode); }));
   if (s.base_batch != s.measured->min_batch())
     throw InputError(name + ": noise: base_batch " + std::to_string(s.base_batch) +
                      " must be the smallest validation batch (" +
                      std::to_string(s.measured->min_batch()) + ")");
-  s.target_metric = NumberField(j, "target_metric", s.measured->CommonTarget(), name, false);
-  if (s.target_metric > s.measured->CommonTarget())
-    throw InputError(name + ": target_metric: " + std::to_string(s.target_metric) +
+  // target_metric is in the traces' units; a metric that falls is carried negated.
+  const MeasuredSteps& m = *s.measured;
+  s.target_metric =
+      m.Carried(NumberField(j, "target_metric", m.Metric(m.CommonTarget()), name, false));
+  if (s.target_metric > m.CommonTarget())
+    throw InputError(name + ": target_metric: " + std::to_string(m.Metric(s.target_metric)) +
                      " is beyond what every measured run reaches (" +
-                     std::to_string(s.measured->CommonTarget()) + ")");
+                     std::to_string(m.Metric(m.CommonTarget())) +
+                     (m.negated() ? "; a lower metric is better" : "") + ")");
   s.target_progress = s.ProgressAt(s.target_metric);
   // Only configurations whose global batch was measured around are offered.
   std::vector<Config> keep;
@@ -426,7 +434,7 @@ core::NoiseState Scenario::NoiseAt(double progress, double batch) const {
 }
 
 double Scenario::ProgressAt(double metric) const {
-  return measured ? measured->StepsBetween(measured->min_batch(), 0.0, metric) : 0.0;
+  return measured ? measured->StepsBetween(measured->min_batch(), measured->Origin(), metric) : 0.0;
 }
 
 Scenario ParseScenario(const nlohmann::json& j, const std::string& name,

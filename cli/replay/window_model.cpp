@@ -37,8 +37,8 @@ double WindowModel::TrainSeconds(const Config& c, double switch_s) const {
 double WindowModel::MetricAt(double u) const {
   if (!s_.measured) return 0;
   const MeasuredSteps& m = *s_.measured;
-  // The value whose progress (steps of the smallest batch from 0) is u.
-  return std::max(m.StartMetric(), m.MetricAfter(m.min_batch(), 0.0, u));
+  // The value whose progress (steps of the smallest batch from the origin) is u.
+  return std::max(m.StartMetric(), m.MetricAfter(m.min_batch(), m.Origin(), u));
 }
 
 double WindowModel::Advance(const Config& c, double u, double train_s, double* finish_s) const {

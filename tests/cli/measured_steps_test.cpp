@@ -78,6 +78,82 @@ TEST(MeasuredSteps, ProgressCarry) {
   }
 }
 
+// kRuns with the metric an error rate (1 - accuracy): lower is better.
+std::map<int, std::string> Falling() {
+  return {{100,
+           "progress,iteration,metric,grad_sqr,grad_var\n1,100,0.5,1,1\n2,200,0.4,1,1\n"
+           "3,400,0.2,1,1\n4,500,0.18,1,1\n"},
+          {400,
+           "progress,iteration,metric,grad_sqr,grad_var\n1,40,0.5,1,1\n2,60,0.55,1,1\n"
+           "3,100,0.2,1,1\n"}};
+}
+
+// A metric that falls as the job learns is read from the runs and carried negated: the steps
+// between two levels are the rising metric's, and the target is the lowest value every run
+// reaches. Each run starts at its first row.
+TEST(MeasuredSteps, AFallingMetricIsCarriedNegated) {
+  const MeasuredSteps up = MeasuredSteps::Parse(kRuns, "v");
+  const MeasuredSteps m = MeasuredSteps::Parse(Falling(), "v");
+  EXPECT_FALSE(up.negated());
+  ASSERT_TRUE(m.negated());
+  EXPECT_DOUBLE_EQ(m.Carried(0.2), -0.2);
+  EXPECT_DOUBLE_EQ(m.Metric(m.CommonTarget()), 0.2);  // batch 400 never got below 0.2
+  EXPECT_DOUBLE_EQ(m.Metric(m.StartMetric()), 0.5);
+  EXPECT_DOUBLE_EQ(m.Origin(), m.StartMetric());
+  EXPECT_DOUBLE_EQ(up.Origin(), 0);
+  for (int b : {100, 200, 400})
+    EXPECT_NEAR(m.StepsBetween(b, m.Carried(0.5), m.Carried(0.2)), up.StepsBetween(b, 0.5, 0.8),
+                1e-9)
+        << b;
+  EXPECT_DOUBLE_EQ(m.StepsBetween(100, m.Carried(0.4), m.Carried(0.3)), 100);
+  // From the origin, the run at 100 counts its steps from its first row (iteration 100).
+  EXPECT_DOUBLE_EQ(m.StepsBetween(100, m.Origin(), m.CommonTarget()), 300);
+  // The carried state across a batch change, as with the rising metric.
+  const double reached = m.MetricAfter(100, m.Carried(0.5), 100);
+  EXPECT_NEAR(m.Metric(reached), 0.4, 1e-9);
+  EXPECT_NEAR(m.StepsBetween(400, reached, m.CommonTarget()), 100 - (40 + 60.0 / 3), 1e-6);
+  // Stated, the mode is taken as stated; the progress reading has no direction.
+  EXPECT_FALSE(
+      MeasuredSteps::Parse(Falling(), "v", MeasuredSteps::Carry::kMetric, MeasuredSteps::Mode::kMax)
+          .negated());
+  EXPECT_TRUE(
+      MeasuredSteps::Parse(kRuns, "v", MeasuredSteps::Carry::kMetric, MeasuredSteps::Mode::kMin)
+          .negated());
+  EXPECT_FALSE(MeasuredSteps::Parse(Falling(), "v", MeasuredSteps::Carry::kProgress).negated());
+}
+
+// Runs that do not say which way the metric improves are refused, naming what to state.
+TEST(MeasuredSteps, AMetricOfNoClearDirectionIsNamed) {
+  auto message = [](const std::map<int, std::string>& runs) {
+    try {
+      MeasuredSteps::Parse(runs, "v.csv");
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  std::map<int, std::string> mixed = kRuns;
+  mixed[400] = Falling().at(400);
+  EXPECT_EQ(message(mixed),
+            "v.csv: metric: cannot tell whether a higher or a lower metric is better (it rises "
+            "over the run at batch 100 (v.csv) and falls over the run at batch 400 (v.csv)); set "
+            "\"metric_mode\" to \"max\" or \"min\"");
+  EXPECT_EQ(message({{64, "iteration,metric\n5,0.3\n9,0.3\n"}}),
+            "v.csv: metric: cannot tell whether a higher or a lower metric is better (no run's "
+            "metric differs between its first row and its last); set \"metric_mode\" to \"max\" "
+            "or \"min\"");
+  // Stated, the same runs are read.
+  EXPECT_NO_THROW(
+      MeasuredSteps::Parse(mixed, "v", MeasuredSteps::Carry::kMetric, MeasuredSteps::Mode::kMax));
+  EXPECT_EQ(MeasuredSteps::ParseMode("min", "x"), MeasuredSteps::Mode::kMin);
+  try {
+    MeasuredSteps::ParseMode("lower", "s.json: metric_mode");
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_STREQ(e.what(), "s.json: metric_mode: 'lower' (expected max or min)");
+  }
+}
+
 TEST(MeasuredSteps, BadTracesAreNamed) {
   auto message = [](const std::string& text) {
     try {

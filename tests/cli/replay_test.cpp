@@ -208,6 +208,81 @@ TEST(Replay, MeasuredTruthFromTheValidationRunsAtEachBatch) {
       << ErrorOf(j);
 }
 
+// A validation metric that falls as the job learns (here cifar10's error rate in %, from its
+// accuracy runs) is read as such: the target is the lowest error every run reaches, in the traces'
+// units, and the steps are the accuracy runs' from each run's first row.
+TEST(Replay, MeasuredTruthOfAFallingMetric) {
+  CLOUDTUNE_NEEDS_SHARED_DATA();
+  const std::string dir = std::string(CLOUDTUNE_SHARED_DIR) + "/data/traces/pollux-t4/cifar10/";
+  nlohmann::json up = Base(), down = Base();
+  for (int b : {128, 256, 512, 1024, 2048, 4096}) {
+    const std::string name = "validation-" + std::to_string(b) + ".csv";
+    std::ifstream in(dir + name);
+    const std::string out_path = ::testing::TempDir() + "/error-" + name;
+    std::ofstream out(out_path);
+    std::string line;
+    std::getline(in, line);
+    out << line << "\n";  // progress,iteration,metric,grad_sqr,grad_var
+    while (std::getline(in, line)) {
+      std::vector<std::string> f;
+      for (size_t a = 0, c; a <= line.size(); a = c + 1) {
+        c = std::min(line.find(',', a), line.size());
+        f.push_back(line.substr(a, c - a));
+      }
+      ASSERT_EQ(f.size(), 5u) << line;
+      f[2] = std::to_string(100 * (1 - std::stod(f[2])));
+      out << f[0] << ',' << f[1] << ',' << f[2] << ',' << f[3] << ',' << f[4] << "\n";
+    }
+    up["validation"][std::to_string(b)] = dir + name;
+    down["validation"][std::to_string(b)] = out_path;
+  }
+  const Scenario a = ParseScenario(up, "up.json", kScenarios);
+  const Scenario s = ParseScenario(down, "down.json", kScenarios);
+  ASSERT_TRUE(s.measured->negated());
+  EXPECT_FALSE(a.measured->negated());
+  EXPECT_NEAR(s.measured->Metric(s.target_metric), 100 * (1 - a.target_metric), 1e-3);
+  EXPECT_GT(s.target_progress, 0);
+  EXPECT_LE(s.target_progress, a.target_progress);  // the first row's steps are not counted
+  const double steps = s.measured->StepsBetween(512, s.measured->StartMetric(), s.target_metric);
+  const double steps_up = a.measured->StepsBetween(512, a.measured->StartMetric(), a.target_metric);
+  EXPECT_LE(steps, steps_up);
+  EXPECT_GT(steps, 0.9 * steps_up);  // one validation period of about a hundred
+  const auto res = RunReplay(s, 1);
+  for (const auto& r : res) EXPECT_TRUE(r.finished) << r.policy;
+  double step_time = 0;
+  for (size_t i = 0; i < s.candidates.size(); ++i)
+    if (s.candidates[i] == s.start) step_time = s.traces[i].step_time;
+  const PolicyResult& od = Find(res, "fixed-on-demand");
+  EXPECT_NEAR(od.makespan_h, steps * step_time / 3600, 0.01 * od.makespan_h);
+  // A target in the traces' units: a lower error than every run reaches is refused as such.
+  down["target_metric"] = 1.0;
+  try {
+    ParseScenario(down, "s.json", kScenarios);
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("s.json: target_metric: 1.000000 is beyond what every "
+                                         "measured run reaches ("),
+              std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("; a lower metric is better)"), std::string::npos)
+        << e.what();
+  }
+  down["target_metric"] = 20.0;  // 80 % accuracy: every run gets there
+  const Scenario t = ParseScenario(down, "s.json", kScenarios);
+  EXPECT_DOUBLE_EQ(t.measured->Metric(t.target_metric), 20.0);
+  EXPECT_LT(t.target_progress, s.target_progress);
+  down.erase("target_metric");
+  down["metric_mode"] = "lower";
+  try {
+    ParseScenario(down, "s.json", kScenarios);
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_STREQ(e.what(), "s.json: metric_mode: 'lower' (expected max or min)");
+  }
+  down["metric_mode"] = "min";
+  EXPECT_TRUE(ParseScenario(down, "s.json", kScenarios).measured->negated());
+}
+
 // The state carried across batch changes is a scenario option (and a command-line override);
 // with the progress column the target is the end of the shortest run.
 TEST(Replay, CarryTheProgressColumn) {
