@@ -1,7 +1,7 @@
 // Fuzzes the replay scenario parser (replay::ParseScenario). The scenario's paths resolve against
-// a scratch directory that holds one small trace (t.csv) and one validation trace (v.csv), so a
-// scenario naming them gets past the file reads into the rest of the parser; other names exercise
-// the missing-file errors. Bad input must end in InputError.
+// a scratch directory that holds one small trace (t.csv) and validation traces (v.csv; w.csv and
+// x.csv, whose metric falls), so a scenario naming them gets past the file reads into the rest of
+// the parser; other names exercise the missing-file errors. Bad input must end in InputError.
 #include <unistd.h>
 
 #include <cstddef>
@@ -26,9 +26,16 @@ const std::string& BaseDir() {
                                    "2,8,32,0.0921,0.0402\n";
     std::ofstream(d + "/v.csv") << "progress,iteration,metric,grad_sqr,grad_var\n"
                                    "391.0,390,0.4455,8.947,5.066\n782.0,781,0.6007,1.895,1.592\n";
+    // A metric that falls (an error rate): w.csv at batch 128, x.csv at 256.
+    std::ofstream(d + "/w.csv") << "progress,iteration,metric,grad_sqr,grad_var\n"
+                                   "391.0,390,55.4,8.947,5.066\n782.0,781,39.9,1.895,1.592\n";
+    std::ofstream(d + "/x.csv") << "progress,iteration,metric,grad_sqr,grad_var\n"
+                                   "391.0,196,58.1,8.947,5.066\n782.0,391,41.2,1.895,1.592\n";
     std::atexit([] {
       std::remove((d + "/t.csv").c_str());
       std::remove((d + "/v.csv").c_str());
+      std::remove((d + "/w.csv").c_str());
+      std::remove((d + "/x.csv").c_str());
       ::rmdir(d.c_str());
     });
     return d;
