@@ -4,16 +4,24 @@
 usage: spot_trace_variants.py OUT_DIR [--scenarios data/scenarios] [--traces ../shared/data/spot-traces]
 then:  build/bin/cloudtune replay OUT_DIR/zones/*.json --format json -o zones.json
        build/bin/cloudtune replay OUT_DIR/preemption/*.json --format json -o preemption.json
+       build/bin/cloudtune replay OUT_DIR/multizone/*.json --format json -o multizone.json
 
 The shipped scenarios that replay real spot capacity (a "spot" object) were written against a few
 of the availability traces. A policy judged only on those may have learned their luck. This writes
-two sets of the same scenarios with every other trace of the collection in their place:
+three sets of the same scenarios with every other trace of the collection in their place:
   zones/       each shipped scenario on each availability trace of the same kind (1-node or
                16-node) that it does not use (a scenario with several traced types rotates them
                through the set), and each of those again 48 h further into the trace;
   preemption/  each shipped scenario on each 1-node preemption trace (a multi-node scenario then
                gets at most one spot node of a type) and each multi-node one on each 4-node
-               preemption trace, rotated the same way.
+               preemption trace, rotated the same way;
+  multizone/   each shipped scenario with one traced type on every zone of a collection at once
+               (the type's market, "traces": {"TYPE": {"ZONE": "PATH", ...}}): a 16-node one on
+               the 16-node availability traces and on the 4-node preemption traces, a 1-node one
+               on the 1-node preemption traces and on both zones of its own availability trace's
+               GPU and size; each again 48 h further into the traces. Beside zones/ and
+               preemption/, which hold the same scenarios on each zone alone, they measure what
+               failing over between zones is worth.
 The scenarios keep their reading ("count" or "zero-is-up"), jobs, objectives and seeds; paths are
 written absolute, so the variants replay from anywhere. Only the standard library is used.
 """
@@ -64,6 +72,9 @@ def main():
     if not pools["1-node"] or not pools["16-node"] or not preempt["1-node"] or not preempt["multi"]:
         sys.exit(f"{args.traces}: expected availability/1-node, availability/16-node, "
                  "preemption/1-node and preemption/4-node traces")
+    def zone(path):  # <zone>_<gpu>_<n>.json
+        return os.path.basename(path).split("_")[0]
+
     written = 0
     for path in sorted(glob.glob(os.path.join(args.scenarios, "*.json"))):
         base = os.path.dirname(os.path.abspath(path))
@@ -87,6 +98,22 @@ def main():
             v["spot"]["offset_h"] = v["spot"].get("offset_h", 0) + 48
             write(v, os.path.join(args.out_dir, "zones"), name + "-later")
             written += 2
+        if len(types) == 1:
+            own = os.path.basename(next(iter(spot["traces"].values())))
+            same_gpu = [p for p in pools["1-node"]
+                        if os.path.basename(p).split("_", 1)[1] == own.split("_", 1)[1]]
+            markets = ({"preempt1": preempt["1-node"], "avail1": same_gpu} if one_node else
+                       {"avail16": pools["16-node"], "preempt4": preempt["multi"]})
+            for label, files in markets.items():
+                if len({zone(f) for f in files}) < 2:
+                    continue
+                v = json.loads(json.dumps(scenario))
+                v["spot"]["traces"] = {types[0]: {zone(f): f for f in files}}
+                name = f"{scenario['name']}-zones-{label}"
+                write(v, os.path.join(args.out_dir, "multizone"), name)
+                v["spot"]["offset_h"] = v["spot"].get("offset_h", 0) + 48
+                write(v, os.path.join(args.out_dir, "multizone"), name + "-later")
+                written += 2
         for kind in ["1-node"] if one_node else ["1-node", "multi"]:
             pool = preempt[kind]
             for i in range(len(pool)):
@@ -97,7 +124,8 @@ def main():
                 write(v, os.path.join(args.out_dir, "preemption"),
                       f"{scenario['name']}-preemption{i}{suffix}")
                 written += 1
-    print(f"{written} scenarios under {args.out_dir}/zones and {args.out_dir}/preemption")
+    print(f"{written} scenarios under {args.out_dir}/zones, {args.out_dir}/preemption and "
+          f"{args.out_dir}/multizone")
     return 0
 
 

@@ -151,12 +151,18 @@ Decision CloudtunePolicy(const runtime::Runtime& tuner, const Decision& cadence,
 
 // Baselines that keep the start configuration: on spot, managed spot, Uniform Progress.
 void RunStartBaselines(const Scenario& s, const Runner& run) {
-  // The start configuration on spot, waiting out shortages and restarting after revocations.
+  // The start configuration on spot, waiting out shortages in its zone and restarting after
+  // revocations.
   Config c = s.start;
   const InstanceType& t = s.catalog.types[s.catalog.Find(c.type)];
   c.purchase = t.has_spot() ? Purchase::kSpot : Purchase::kOnDemand;
-  run("fixed-spot", [c](Simulator&, const Config&, bool) -> Decision { return {c, false}; });
-  // Managed spot: on demand while the spot capacity is gone (seen at a decision).
+  run("fixed-spot", [c](Simulator&, const Config&, bool) -> Decision {
+    Decision d{c, false};
+    d.zone_failover = false;
+    return d;
+  });
+  // Managed spot: another zone when its own has no nodes, on demand while no zone has them (seen
+  // at a decision).
   run("managed-spot", [c, &s](Simulator& sim, const Config&, bool first) -> Decision {
     if (first || sim.SpotAvailable(c.type) >= c.nodes) return {c, false};
     return {s.start, false};

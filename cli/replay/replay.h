@@ -43,7 +43,8 @@
 //                                    // reaches
 //   "spot": {"reading": "count",     // optional real spot capacity: count | zero-is-up
 //            "offset_h": 24,         // seed k starts k x offset_h into the traces
-//            "traces": {"p3.2xlarge": "availability.json", ...}}
+//            "traces": {"p3.2xlarge": "availability.json",  // one zone, or zones by name:
+//                       "g4dn.12xlarge": {"us-west-2a": "a.json", "us-west-2b": "b.json"}}}
 // }
 // Measured truth ("validation"): the steps a configuration takes come from the runs measured at
 // each batch (MeasuredSteps: the best validation metric reached, or with "carry": "progress" the
@@ -54,7 +55,12 @@
 // plain theory's gain from the noise trace (a model). Spot capacity ("spot"): a type with a trace
 // can only get the spot nodes the trace says are available; a running spot cluster is revoked when
 // the capacity drops below what it holds (roll back to the last checkpoint, restart_s), and waits,
-// paying only its on-demand anchor, until the capacity is back. A job that waits is not running: a
+// paying only its on-demand anchor, until the capacity is back. A type with traces of several
+// zones (SpotMarket) offers a request the zone with the most nodes; a cluster holds its nodes in
+// the zone it launched in, and where that zone loses them and another has them it relaunches there
+// (restart_s; Decision::zone_failover), else waits. The oracle's model counts a type's capacity as
+// its best zone's, moving between zones for free: a bound no policy can beat. A job that waits is
+// not running: a
 // window it spends waiting measures nothing (no step time, no gradient statistics), and a window
 // that measures (or follows a switch) starts when it runs, the policy being asked again after a
 // decision interval of waiting (after each minute of it for a policy that decides again on a
@@ -118,7 +124,7 @@ struct Scenario {
   double measure_s = 300;
   std::shared_ptr<const MeasuredSteps> measured;  // measured truth of the steps (optional)
   double target_metric = 0;                       // with `measured`
-  std::map<std::string, SpotTrace> spot;          // real spot capacity by instance type
+  std::map<std::string, SpotMarket> spot;         // real spot capacity by instance type (zones)
   SpotReading spot_reading = SpotReading::kCount;
   double spot_offset_s = 86400;  // seed k starts k x this into the spot traces
   // Progress (B0-steps) of a run that has reached `metric` (with `measured`).
@@ -226,10 +232,11 @@ class Oracle;
 //  cloudtune-one-type the same runtime with mixed clusters off (scenarios with spot capacity
 //                     traces and several traced types only): what mixing saves;
 //  fixed-on-demand    the start configuration throughout;
-//  fixed-spot         the start configuration on spot, waiting out shortages and restarting;
-//  managed-spot       the start configuration on spot, failing over to on demand at a decision
-//                     when the spot capacity is gone and back when it returns (SkyPilot's managed
-//                     spot; the traces have one zone per type, so there is no other zone to try);
+//  fixed-spot         the start configuration on spot, waiting out shortages in the zone it was
+//                     launched in and restarting;
+//  managed-spot       the start configuration on spot, failing over to another zone of its type
+//                     that has the nodes, and to on demand at a decision when no zone has them,
+//                     back when they return (SkyPilot's managed spot);
 //  uniform-progress   deadline scenarios only: the start configuration on spot while progress is
 //                     at least the uniform line target × elapsed / deadline and on demand when it
 //                     falls behind or when the time left only just covers the work left on demand

@@ -148,9 +148,12 @@ void PrintRunHeader(std::ostream& out, const replay::Scenario& s, uint64_t seed)
   else
     os << "progress " << s.target_progress << " B0-steps, plain theory";
   os << "; " << s.candidates.size() << " traced configurations";
-  if (!s.spot.empty())
-    os << "; spot capacity from " << s.spot.size() << " trace(s), reading "
+  if (!s.spot.empty()) {
+    size_t zones = 0;
+    for (const auto& [type, market] : s.spot) zones += market.zones();
+    os << "; spot capacity from " << zones << " trace(s), reading "
        << replay::SpotReadingName(s.spot_reading);
+  }
   if (s.objective.deadline_h > 0) os << "; deadline " << s.objective.deadline_h << " h";
   if (s.objective.budget_usd > 0) os << "; budget $" << s.objective.budget_usd;
   os << ")\n";

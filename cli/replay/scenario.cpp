@@ -199,17 +199,30 @@ void ParseSpot(const nlohmann::json& sp, const std::string& w, const std::string
                Scenario* out) {
   Scenario& s = *out;
   if (!sp.is_object() || !sp.contains("traces") || !sp["traces"].is_object())
-    throw InputError(w + ": expected {\"reading\": ..., \"traces\": {\"TYPE\": \"PATH\"}}");
+    throw InputError(w +
+                     ": expected {\"reading\": ..., \"traces\": {\"TYPE\": \"PATH\" or "
+                     "{\"ZONE\": \"PATH\", ...}}}");
   s.spot_reading = ParseSpotReading(sp.value("reading", std::string("count")), w + ": reading");
   s.spot_offset_s = 3600 * NumberField(sp, "offset_h", s.spot_offset_s / 3600, w, false);
   for (auto it = sp["traces"].begin(); it != sp["traces"].end(); ++it) {
     if (s.catalog.Find(it.key()) < 0)
       throw InputError(w + ": traces: '" + it.key() + "' is not in the catalog");
-    if (!it.value().is_string())
-      throw InputError(w + ": traces: " + it.key() + ": expected a path");
-    const std::string path = JoinPath(base_dir, it.value().get<std::string>());
-    s.spot.emplace(it.key(),
-                   Referenced(w + ": traces: " + it.key(), [&] { return SpotTrace::Load(path); }));
+    const std::string where = w + ": traces: " + it.key();
+    auto load = [&](const std::string& at, const nlohmann::json& p) {
+      if (!p.is_string()) throw InputError(at + ": expected a path");
+      const std::string path = JoinPath(base_dir, p.get<std::string>());
+      return Referenced(at, [&] { return SpotTrace::Load(path); });
+    };
+    if (!it.value().is_object()) {  // one zone
+      s.spot.emplace(it.key(), SpotMarket(load(where, it.value())));
+      continue;
+    }
+    if (it.value().empty())
+      throw InputError(where + ": expected a path, or zones {\"ZONE\": \"PATH\", ...}");
+    SpotMarket market;
+    for (auto z = it.value().begin(); z != it.value().end(); ++z)
+      market.AddZone(z.key(), load(where + ": " + z.key(), z.value()));
+    s.spot.emplace(it.key(), std::move(market));
   }
 }
 

@@ -58,6 +58,10 @@ struct Decision {
   // have (after a switch to them, or after such a revocation); otherwise it waits for the capacity
   // until its next decision.
   bool redecide_on_revocation = false;
+  // Where its spot nodes are revoked and another zone of the type has them, the job relaunches
+  // there (a restart) instead of waiting for its own zone (SkyPilot's managed spot; what a
+  // launcher does that tries every zone). False: it waits for the zone it was launched in.
+  bool zone_failover = true;
   // The checkpoint interval the policy chose (seconds; 0 = the Young/Daly interval of the
   // catalog's revocation rate).
   double checkpoint_interval_s = 0;
@@ -99,7 +103,7 @@ struct Running {
   struct SpotPart {
     std::string type;
     int nodes = 0;
-    const SpotTrace* trace = nullptr;  // null: no trace
+    const SpotMarket* market = nullptr;  // null: no trace
   };
   std::vector<SpotPart> spot;
   // The hooks' step time is recorded in the job's profile under `key` (one hardware only: the
@@ -107,6 +111,7 @@ struct Running {
   bool observed = true;
   core::ConfigKey key;
   bool redecide_on_revocation = false;  // Decision::redecide_on_revocation
+  bool zone_failover = true;            // Decision::zone_failover
 };
 
 class Simulator {
@@ -168,6 +173,7 @@ class Simulator {
       const double c0 = cost_, h0 = t_h_;
       Running running = Describe(cur_, mixed_);
       running.redecide_on_revocation = d.redecide_on_revocation;
+      running.zone_failover = d.zone_failover;
       if (d.checkpoint_interval_s > 0) running.tau_s = d.checkpoint_interval_s;
       running.notice_s = d.notice_s;
       // A window that measures (or follows a switch) is the job's own: it starts when the job
@@ -216,9 +222,10 @@ class Simulator {
       switched =
           next.mixed || mixed_ ? !SameMixed(next.mixed, mixed_, true) : !(next.config == cur_);
       if (switched) {
-        double sw = s_.cost.switch_s;
-        if (!next.mixed && !mixed_ && next.config.SameHardware(cur_)) sw = s_.cost.batch_switch_s;
-        if (next.mixed && SameMixed(next.mixed, mixed_, false)) sw = s_.cost.batch_switch_s;
+        const bool same_hardware = (!next.mixed && !mixed_ && next.config.SameHardware(cur_)) ||
+                                   (next.mixed && SameMixed(next.mixed, mixed_, false));
+        const double sw = same_hardware ? s_.cost.batch_switch_s : s_.cost.switch_s;
+        if (!same_hardware) zone_.clear();  // a launch: its spot nodes in the zones it gets
         const double c1 = cost_;
         Record(next, &r);  // when it was decided (the switch takes sw seconds from here)
         Advance(sw / 3600.0, Describe(next.config, next.mixed).price);
@@ -383,13 +390,35 @@ class Simulator {
     if (traced && purchase == Purchase::kAnchor)
       run->waiting_price += HourlyPrice(t, 1, Purchase::kOnDemand);
   }
-  // The first part whose capacity trace does not have its nodes now (null: every one has them).
-  const Running::SpotPart* ShortPart(const Running& run) const {
+  // The zone a traced part holds its nodes in: the one with the most when it first ran after its
+  // launch, until it fails over.
+  size_t ZoneOf(const Running::SpotPart& part) {
+    auto [it, fresh] = zone_.try_emplace(part.type, 0);
+    if (fresh)
+      it->second = part.market->BestZone(t_h_ * 3600, part.nodes, s_.spot_reading, spot_offset_s_);
+    return it->second;
+  }
+  // The first part whose zone does not have its nodes now (null: every one has them).
+  const Running::SpotPart* ShortPart(const Running& run) {
     for (const auto& part : run.spot)
-      if (part.trace && part.trace->Available(t_h_ * 3600, part.nodes, s_.spot_reading,
-                                              spot_offset_s_) < part.nodes)
+      if (part.market &&
+          part.market->zone(ZoneOf(part))
+                  .Available(t_h_ * 3600, part.nodes, s_.spot_reading, spot_offset_s_) < part.nodes)
         return &part;
     return nullptr;
+  }
+  // Moves `part` to the first other zone of its type that has all its nodes now (a relaunch
+  // there); false where none has.
+  bool FailOver(const Running::SpotPart& part) {
+    const double t = t_h_ * 3600;
+    const size_t own = ZoneOf(part);
+    for (size_t z = 0; z < part.market->zones(); ++z)
+      if (z != own && part.market->zone(z).Available(t, part.nodes, s_.spot_reading,
+                                                     spot_offset_s_) >= part.nodes) {
+        zone_[part.type] = z;
+        return true;
+      }
+    return false;
   }
 
   // The gradient statistics the hooks measured at the batch the job runs: one observation per
@@ -432,9 +461,9 @@ class Simulator {
     bool trained = false;
     double waited_s = 0;
     const bool traced = std::any_of(run.spot.begin(), run.spot.end(),
-                                    [](const Running::SpotPart& p) { return p.trace; });
+                                    [](const Running::SpotPart& p) { return p.market; });
     const auto untraced = std::find_if(run.spot.begin(), run.spot.end(),
-                                       [](const Running::SpotPart& p) { return !p.trace; });
+                                       [](const Running::SpotPart& p) { return !p.market; });
     while (left > 1e-9 && progress_ < s_.target_progress) {
       const double chunk = std::min(kNoiseRecordS, left);
       if (traced) {
@@ -449,6 +478,8 @@ class Simulator {
             }
           }
           waiting_ = true;
+          // Another zone that has the nodes: the job relaunches there (the restart below).
+          if (run.zone_failover && FailOver(*lost)) continue;
           const double w = wait_cap_s > 0 ? std::min(kNoiseRecordS, wait_cap_s - waited_s) : chunk;
           Advance(w / 3600.0, waiting_price);
           r->waited_h += w / 3600.0;
@@ -544,6 +575,7 @@ class Simulator {
   double metric_ = 0, last_ckpt_metric_ = 0;  // measured truth: best validation metric reached
   bool running_ = false;  // the current configuration has run (a later loss is a revocation)
   bool waiting_ = false;  // waiting for spot capacity
+  std::map<std::string, size_t> zone_;  // per type: the zone its spot nodes are in (ZoneOf)
   MixedTruth mixed_truth_;
   std::map<std::string, core::SpotExposure> exposure_;  // what the job has seen of spot, per type
 };

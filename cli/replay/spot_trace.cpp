@@ -7,6 +7,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <utility>
 
 #include "estimator/core/error.h"
 
@@ -109,6 +110,30 @@ SpotTrace::Summary SpotTrace::Summarise(int wanted, SpotReading reading) const {
   s.up_share = up / duration_s();
   s.revocations_per_hour_up = up > 0 ? drops / (up / 3600.0) : 0;
   return s;
+}
+
+SpotMarket::SpotMarket(SpotTrace trace) { AddZone("", std::move(trace)); }
+
+void SpotMarket::AddZone(std::string name, SpotTrace trace) {
+  names_.push_back(std::move(name));
+  traces_.push_back(std::move(trace));
+}
+
+int SpotMarket::Available(double t_s, int wanted, SpotReading reading, double offset_s) const {
+  int best = 0;
+  for (const SpotTrace& t : traces_)
+    best = std::max(best, t.Available(t_s, wanted, reading, offset_s));
+  return best;
+}
+
+size_t SpotMarket::BestZone(double t_s, int wanted, SpotReading reading, double offset_s) const {
+  size_t best = 0;
+  int most = -1;
+  for (size_t z = 0; z < traces_.size(); ++z) {
+    const int n = traces_[z].Available(t_s, wanted, reading, offset_s);
+    if (n > most) best = z, most = n;
+  }
+  return best;
 }
 
 }  // namespace cloudtune::replay

@@ -56,4 +56,29 @@ class SpotTrace {
   std::vector<int> values_;
 };
 
+// One instance type's spot capacity over the zones it is sold in, each zone a SpotTrace. A request
+// gets the nodes of the zone that has the most (a launcher tries every zone, as SkyPilot's
+// managed spot does); a running cluster holds its nodes in the one zone it was launched in, and
+// moving to another zone is a relaunch. A market built from one trace has one zone.
+class SpotMarket {
+ public:
+  SpotMarket() = default;
+  SpotMarket(SpotTrace trace);  // NOLINT: one zone, unnamed (implicit: a trace is a market)
+  // Adds a zone; its name shows in messages and schedules.
+  void AddZone(std::string name, SpotTrace trace);
+
+  size_t zones() const { return traces_.size(); }
+  const SpotTrace& zone(size_t z) const { return traces_[z]; }
+  const std::string& zone_name(size_t z) const { return names_[z]; }
+
+  // Nodes a request can get at time t_s (out of `wanted`): the most any zone has.
+  int Available(double t_s, int wanted, SpotReading reading, double offset_s = 0) const;
+  // The zone a request for `wanted` nodes launches in at t_s: the first of those with the most.
+  size_t BestZone(double t_s, int wanted, SpotReading reading, double offset_s = 0) const;
+
+ private:
+  std::vector<std::string> names_;
+  std::vector<SpotTrace> traces_;
+};
+
 }  // namespace cloudtune::replay

@@ -95,7 +95,7 @@ Best BruteForce(const Scenario& s, int windows) {
   }
   // Launched free: the start on demand or on spot, or on spot on fewer of its nodes (elastic)
   // when the market has fewer than the start's at time 0.
-  const SpotTrace& trace = s.spot.at("g4dn.12xlarge");
+  const SpotMarket& trace = s.spot.at("g4dn.12xlarge");
   const bool short_at_start = trace.Available(0, 1 << 20, SpotReading::kCount, 0) < s.start.nodes;
   std::vector<char> free(idle, 0);
   for (int i = 0; i < idle; ++i) {

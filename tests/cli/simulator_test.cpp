@@ -227,5 +227,59 @@ TEST(Simulator, NoiseReadsTheSameWithTheRowsLogarithmsIndexedOrNot) {
   EXPECT_GT(between, 1000);
 }
 
+// Two zones of g4dn.12xlarge (10-minute ticks): zone a has 2 spot nodes for 30 min, then none for
+// an hour; zone b has none at first, then 2 from 20 min on. A cluster holds its nodes in the zone
+// it launched in. Fixed spot waits for its own zone; managed spot and cloudtune relaunch in the
+// other, which has the nodes.
+TEST(Simulator, ZonesOfATypeAndFailingOverBetweenThem) {
+  CLOUDTUNE_NEEDS_SHARED_DATA();
+  const std::string a = CapacityTrace("g4dn_zone_a.json", "2, 2, 2, 0, 0, 0, 0, 0, 0");
+  const std::string b = CapacityTrace("g4dn_zone_b.json", "0, 0");
+  nlohmann::json j = Base();
+  j["spot"] = {{"reading", "count"},
+               {"offset_h", 0},
+               {"traces", {{"g4dn.12xlarge", {{"us-west-2a", a}, {"us-west-2b", b}}}}}};
+  const Scenario s = ParseScenario(j, "zones.json", kScenarios);
+  ASSERT_EQ(s.spot.at("g4dn.12xlarge").zones(), 2u);
+  EXPECT_EQ(s.spot.at("g4dn.12xlarge").zone_name(1), "us-west-2b");
+  const auto res = RunReplay(s, 0);
+  auto Find = [](const std::vector<PolicyResult>& rs, const char* policy) -> PolicyResult {
+    for (const auto& r : rs)
+      if (r.policy == policy) return r;
+    ADD_FAILURE() << "no policy " << policy;
+    return {};
+  };
+  const PolicyResult fixed = Find(res, "fixed-spot");
+  const PolicyResult managed = Find(res, "managed-spot");
+  ASSERT_GT(Find(res, "fixed-on-demand").makespan_h, 0.5) << "the job must outlast 30 minutes";
+  // Fixed spot launched in zone a (the only one with nodes at time 0) and waits an hour for it.
+  EXPECT_EQ(fixed.revocations, 1);
+  EXPECT_NEAR(fixed.waited_h, 1.0, 1.0 / 60 + 1e-9);
+  // Managed spot is revoked too, and relaunches in zone b at once: no wait, sooner, cheaper.
+  EXPECT_EQ(managed.revocations, 1);
+  EXPECT_LT(managed.waited_h, 1.0 / 60);
+  EXPECT_LT(managed.makespan_h, fixed.makespan_h - 0.9);
+  EXPECT_LE(managed.cost, fixed.cost);
+  // The same with one zone (a): managed spot must wait or pay for on demand.
+  nlohmann::json one = j;
+  one["spot"]["traces"] = {{"g4dn.12xlarge", a}};
+  const PolicyResult alone =
+      Find(RunReplay(ParseScenario(one, "zone.json", kScenarios), 0), "managed-spot");
+  EXPECT_GT(alone.makespan_h + 1e-9, managed.makespan_h);
+  EXPECT_GT(alone.cost, managed.cost);
+  // The oracle sees both zones: never dearer than any policy.
+  for (const auto& r : res) EXPECT_GE(r.cost, Find(res, "oracle").cost_lower * 0.97) << r.policy;
+  // A zone's trace is named with its type and zone.
+  j["spot"]["traces"]["g4dn.12xlarge"]["us-west-2b"] = "missing.json";
+  EXPECT_EQ(ErrorOf(j), "s.json: spot: traces: g4dn.12xlarge: us-west-2b: " + kScenarios +
+                            "/missing.json: cannot open");
+  j["spot"]["traces"]["g4dn.12xlarge"]["us-west-2b"] = 3;
+  EXPECT_EQ(ErrorOf(j), "s.json: spot: traces: g4dn.12xlarge: us-west-2b: expected a path");
+  j["spot"]["traces"]["g4dn.12xlarge"] = nlohmann::json::object();
+  EXPECT_EQ(ErrorOf(j),
+            "s.json: spot: traces: g4dn.12xlarge: expected a path, or zones {\"ZONE\": "
+            "\"PATH\", ...}");
+}
+
 }  // namespace
 }  // namespace cloudtune::replay

@@ -63,6 +63,30 @@ TEST(SpotTrace, TheTwoReadingsOfASingleNodeTraceDisagree) {
   }
 }
 
+// A type's zones: a request gets the zone with the most nodes; a trace alone is one zone.
+TEST(SpotTrace, AMarketOfZones) {
+  SpotMarket m;
+  m.AddZone("a", SpotTrace::Parse(kFour, "a.json"));  // 4, 4, 2, 2, 4, 0
+  m.AddZone("b",
+            SpotTrace::Parse(R"({"metadata": {"gap_seconds": 600}, "data": [1, 3, 3, 4, 1, 2]})",
+                             "b.json"));
+  ASSERT_EQ(m.zones(), 2u);
+  EXPECT_EQ(m.zone_name(1), "b");
+  const SpotReading c = SpotReading::kCount;
+  EXPECT_EQ(m.Available(0, 4, c), 4);
+  EXPECT_EQ(m.BestZone(0, 4, c), 0u);
+  EXPECT_EQ(m.Available(1300, 4, c), 3);  // a has 2, b 3
+  EXPECT_EQ(m.BestZone(1300, 4, c), 1u);
+  EXPECT_EQ(m.BestZone(1300, 2, c), 0u);  // both have the 2 asked for: the first
+  EXPECT_EQ(m.Available(3000, 4, c), 2);  // a has none
+  EXPECT_EQ(m.BestZone(3000, 4, c), 1u);
+  const SpotMarket one = SpotTrace::Parse(kFour, "four.json");
+  EXPECT_EQ(one.zones(), 1u);
+  EXPECT_EQ(one.zone_name(0), "");
+  EXPECT_EQ(one.Available(1300, 4, c), 2);
+  EXPECT_EQ(one.BestZone(3000, 4, c), 0u);  // no zone has any: the first
+}
+
 TEST(SpotTrace, BadFilesAreNamed) {
   EXPECT_EQ(Message("{").rfind("t.json: not valid JSON (", 0), 0u);
   EXPECT_EQ(Message(R"({"data": [1]})"), "t.json: metadata: missing object");
