@@ -1,7 +1,8 @@
 // Fuzzes the replay scenario parser (replay::ParseScenario). The scenario's paths resolve against
-// a scratch directory that holds one small trace (t.csv) and validation traces (v.csv; w.csv and
-// x.csv, whose metric falls), so a scenario naming them gets past the file reads into the rest of
-// the parser; other names exercise the missing-file errors. Bad input must end in InputError.
+// a scratch directory that holds one small trace (t.csv), validation traces (v.csv; w.csv and
+// x.csv, whose metric falls) and spot capacity traces (a.json, b.json), so a scenario naming them
+// gets past the file reads into the rest of the parser; other names exercise the missing-file
+// errors. Bad input must end in InputError.
 #include <unistd.h>
 
 #include <cstddef>
@@ -31,11 +32,16 @@ const std::string& BaseDir() {
                                    "391.0,390,55.4,8.947,5.066\n782.0,781,39.9,1.895,1.592\n";
     std::ofstream(d + "/x.csv") << "progress,iteration,metric,grad_sqr,grad_var\n"
                                    "391.0,196,58.1,8.947,5.066\n782.0,391,41.2,1.895,1.592\n";
+    // Spot capacity of two zones.
+    std::ofstream(d + "/a.json") << R"({"metadata": {"gap_seconds": 600}, "data": [2, 0, 2]})";
+    std::ofstream(d + "/b.json") << R"({"metadata": {"gap_seconds": 600}, "data": [0, 2, 1]})";
     std::atexit([] {
       std::remove((d + "/t.csv").c_str());
       std::remove((d + "/v.csv").c_str());
       std::remove((d + "/w.csv").c_str());
       std::remove((d + "/x.csv").c_str());
+      std::remove((d + "/a.json").c_str());
+      std::remove((d + "/b.json").c_str());
       ::rmdir(d.c_str());
     });
     return d;
