@@ -19,7 +19,8 @@ three sets of the same scenarios with every other trace of the collection in the
                (the type's market, "traces": {"TYPE": {"ZONE": "PATH", ...}}): a 16-node one on
                the 16-node availability traces and on the 4-node preemption traces, a 1-node one
                on the 1-node preemption traces and on both zones of its own availability trace's
-               GPU and size; each again 48 h further into the traces. Beside zones/ and
+               GPU and size, one collection (folder) at a time; each again 48 h further into the
+               traces. Beside zones/ and
                preemption/, which hold the same scenarios on each zone alone, they measure what
                failing over between zones is worth.
 The scenarios keep their reading ("count" or "zero-is-up"), jobs, objectives and seeds; paths are
@@ -102,11 +103,16 @@ def main():
             own = os.path.basename(next(iter(spot["traces"].values())))
             same_gpu = [p for p in pools["1-node"]
                         if os.path.basename(p).split("_", 1)[1] == own.split("_", 1)[1]]
-            markets = ({"preempt1": preempt["1-node"], "avail1": same_gpu} if one_node else
-                       {"avail16": pools["16-node"], "preempt4": preempt["multi"]})
-            for label, files in markets.items():
-                if len({zone(f) for f in files}) < 2:
-                    continue
+            kinds = ({"preempt1": preempt["1-node"], "avail1": same_gpu} if one_node else
+                     {"avail16": pools["16-node"], "preempt4": preempt["multi"]})
+            markets = {}  # one market per collection (a folder of traces taken together)
+            for kind, files in kinds.items():
+                for f in files:
+                    folder = os.path.basename(os.path.dirname(f))
+                    markets.setdefault(f"{kind}-{folder}", []).append(f)
+            for label, files in sorted(markets.items()):
+                if len({zone(f) for f in files}) < 2 or len({zone(f) for f in files}) < len(files):
+                    continue  # one zone, or a zone twice (several GPUs or sizes)
                 v = json.loads(json.dumps(scenario))
                 v["spot"]["traces"] = {types[0]: {zone(f): f for f in files}}
                 name = f"{scenario['name']}-zones-{label}"
