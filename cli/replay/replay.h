@@ -161,6 +161,7 @@ struct PolicyResult {
   double exploration_cost = 0;  // USD spent in measurement windows and switches into them
   int switches = 0;
   int revocations = 0;
+  int zone_failovers = 0;  // of the revocations, those it relaunched from in another zone at once
   int measurements = 0;
   bool finished = true;                         // reached the target before the simulation limit
   bool deadline_met = true, budget_met = true;  // over the whole run (true when there is none)

@@ -109,6 +109,7 @@ nlohmann::json PolicyJson(const replay::PolicyResult& r, double rel) {
                        {"makespan_h", r.makespan_h},
                        {"switches", r.switches},
                        {"revocations", r.revocations},
+                       {"zone_failovers", r.zone_failovers},
                        {"measurements", r.measurements},
                        {"exploration_cost_usd", r.exploration_cost},
                        {"cost_vs_oracle", rel},

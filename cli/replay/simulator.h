@@ -479,7 +479,10 @@ class Simulator {
           }
           waiting_ = true;
           // Another zone that has the nodes: the job relaunches there (the restart below).
-          if (run.zone_failover && FailOver(*lost)) continue;
+          if (run.zone_failover && FailOver(*lost)) {
+            ++r->zone_failovers;
+            continue;
+          }
           const double w = wait_cap_s > 0 ? std::min(kNoiseRecordS, wait_cap_s - waited_s) : chunk;
           Advance(w / 3600.0, waiting_price);
           r->waited_h += w / 3600.0;

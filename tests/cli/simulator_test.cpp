@@ -257,6 +257,8 @@ TEST(Simulator, ZonesOfATypeAndFailingOverBetweenThem) {
   EXPECT_NEAR(fixed.waited_h, 1.0, 1.0 / 60 + 1e-9);
   // Managed spot is revoked too, and relaunches in zone b at once: no wait, sooner, cheaper.
   EXPECT_EQ(managed.revocations, 1);
+  EXPECT_EQ(managed.zone_failovers, 1);
+  EXPECT_EQ(fixed.zone_failovers, 0);
   EXPECT_LT(managed.waited_h, 1.0 / 60);
   EXPECT_LT(managed.makespan_h, fixed.makespan_h - 0.9);
   EXPECT_LE(managed.cost, fixed.cost);
