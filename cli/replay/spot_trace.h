@@ -64,7 +64,7 @@ class SpotMarket {
  public:
   SpotMarket() = default;
   SpotMarket(SpotTrace trace);  // NOLINT: one zone, unnamed (implicit: a trace is a market)
-  // Adds a zone; its name shows in messages and schedules.
+  // Adds a zone; its name shows in messages about its trace.
   void AddZone(std::string name, SpotTrace trace);
 
   size_t zones() const { return traces_.size(); }
