@@ -716,7 +716,8 @@ void ThroughputModel::Fitter::LeaveOneOutCheck() {
     if (!(p.step_time > 0) || !std::isfinite(p.log_sigma)) continue;
     const double v = std::max(0.0, p.log_sigma * p.log_sigma - s2);
     const double h = std::min(kMaxLeverage, v / s2);
-    const double e = (rows_[i].log_step - std::log(p.step_time)) / (1 - h);
+    // data_[i]'s own step time: rows_ are sorted by placement (GroupRows), data_ are as given.
+    const double e = std::log(data_[i].step_time / p.step_time) / (1 - h);
     sum_z2 += e * e / (s2 + v / (1 - h));
     count += 1;
   }

@@ -295,6 +295,19 @@ TEST(ThroughputFit, TheLeaveOneOutCheckWidensWhatTheFormMisfits) {
   EXPECT_GT(on.scale, 1.3);                                                  // 1.67
   EXPECT_GT(on.z2, 0.75);
   EXPECT_LT(on.z2, 1.3) << on.z2;  // 1.03
+  // The rows' order is not the fit's: the same measurements reversed and shuffled give the same
+  // factor (the fit sorts its rows by placement; each check pairs a row with its own measurement).
+  std::mt19937 rng(7);
+  std::vector<Measurement> rows;
+  for (const auto& key : Grid()) rows.push_back(Measure(t, key, &rng, 0.02));
+  std::normal_distribution<double> z(0.0, 0.2);
+  for (auto& m : rows) m.step_time *= std::exp(z(rng)), m.sync_time = 0;
+  const double sorted = FitThroughput(rows, {}).loo_variance_scale();
+  ASSERT_GT(sorted, 1.1);
+  std::reverse(rows.begin(), rows.end());
+  EXPECT_NEAR(FitThroughput(rows, {}).loo_variance_scale(), sorted, 0.02 * sorted);
+  std::shuffle(rows.begin(), rows.end(), rng);
+  EXPECT_NEAR(FitThroughput(rows, {}).loo_variance_scale(), sorted, 0.02 * sorted);
 }
 
 // What a prediction adds for a placement the fit has not seen is the spread of the placement
