@@ -478,9 +478,10 @@ class Simulator {
             }
           }
           waiting_ = true;
-          // Another zone that has the nodes: the job relaunches there (the restart below).
+          // Another zone that has the nodes: the job relaunches there (the restart below), or
+          // launches there when it has not run yet.
           if (run.zone_failover && FailOver(*lost)) {
-            ++r->zone_failovers;
+            if (running_) ++r->zone_failovers;
             continue;
           }
           const double w = wait_cap_s > 0 ? std::min(kNoiseRecordS, wait_cap_s - waited_s) : chunk;

@@ -271,6 +271,20 @@ TEST(Simulator, ZonesOfATypeAndFailingOverBetweenThem) {
   EXPECT_GT(alone.cost, managed.cost);
   // The oracle sees both zones: never dearer than any policy.
   for (const auto& r : res) EXPECT_GE(r.cost, Find(res, "oracle").cost_lower * 0.97) << r.policy;
+  // Neither zone has nodes at first; b has them from 20 min on, a from 60, and the policies decide
+  // hourly. Fixed spot waits for a, the zone it was launched in. Managed spot, waiting in a too,
+  // launches in b at 20 min: it never ran, so that is no revocation and no failover.
+  nlohmann::json late = j;
+  late["decision_interval_s"] = 3600;
+  late["spot"]["traces"]["g4dn.12xlarge"]["us-west-2a"] =
+      CapacityTrace("g4dn_zone_a_late.json", "0, 0, 0, 0, 0, 0");
+  const auto later = RunReplay(ParseScenario(late, "late.json", kScenarios), 0);
+  const PolicyResult launched = Find(later, "managed-spot"), waited = Find(later, "fixed-spot");
+  EXPECT_EQ(launched.revocations, 0);
+  EXPECT_EQ(launched.zone_failovers, 0);
+  EXPECT_NEAR(launched.waited_h, 1.0 / 3, 1.0 / 60 + 1e-9);
+  EXPECT_NEAR(waited.waited_h, 1.0, 1.0 / 60 + 1e-9);
+  EXPECT_EQ(waited.revocations, 0);
   // A zone's trace is named with its type and zone.
   j["spot"]["traces"]["g4dn.12xlarge"]["us-west-2b"] = "missing.json";
   EXPECT_EQ(ErrorOf(j), "s.json: spot: traces: g4dn.12xlarge: us-west-2b: " + kScenarios +
