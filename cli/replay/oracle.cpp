@@ -9,6 +9,7 @@
 #include <sstream>
 #include <tuple>
 
+#include "cli/replay/oracle_tables.h"
 #include "cli/replay/parallel.h"
 #include "estimator/core/error.h"
 #include "estimator/efficiency.h"
@@ -32,218 +33,9 @@ bool OracleOptions::IsValid(std::string* error) const {
   return true;
 }
 
-// ---- the tables ------------------------------------------------------------------------------
-
-struct Oracle::Tables {
-  WindowModel model;
-  int K = 0;     // levels: u_k = k × target / K, k in [0, K); K = finished
-  double W = 0;  // window, s
-  std::vector<Config> configs;
-  std::vector<int> group;          // same instances (type, nodes, GPUs/node, purchase)
-  std::vector<double> price;       // USD/h
-  std::vector<double> ckpt_share;  // checkpoint seconds per training second
-  double switch_s[3] = {0, 0, 0};  // per class: 0 stay, 1 batch switch, 2 other hardware
-  std::vector<int> spot_nodes;     // spot nodes held (0: on demand)
-  // Per class, config, level: the next level rounded down / up (K = finished) and the training
-  // seconds to the target when it finishes inside the window (-1 otherwise).
-  std::vector<int> next_lo[3], next_hi[3];
-  std::vector<float> next_x[3];  // the same unrounded, in levels (K when it finishes)
-  std::vector<float> finish[3];
-  int start = -1;       // the start configuration, on demand
-  int start_spot = -1;  // the same launched on spot (as the fixed-spot baseline is), if any
-  // May be launched without a switch: the start on demand or on spot, and, on a spot capacity
-  // trace, on spot on fewer of its nodes (an elastic launch on the nodes the market has, as the
-  // cloudtune job is launched); each seed's Solver keeps the latter only when the market has fewer
-  // than the start's nodes at time 0.
-  std::vector<char> free_launch;
-  // Per class, config, level: a lower bound of the cost of every schedule that runs the next
-  // window there and goes on to the target, in any of the recursions (BoundCostToGo); rounded
-  // down to a float.
-  std::vector<float> to_go[3];
-  // Per recursion (0: positions carried, 1: next_lo, 2: next_hi), per level: the same bound for a
-  // state standing there.
-  std::vector<double> from_level[3];
-  bool prune = false;  // OracleOptions::prune (the bounds are filled only then)
-  explicit Tables(const Scenario& s, double w) : model(s, w) {}
-  size_t At(size_t c, int k) const { return c * K + k; }
-  // Seconds of a window of class cls on configuration c that reaches the target after `fin`
-  // training seconds: its switch, then the training with its checkpoints.
-  double FinishSeconds(int cls, size_t c, double fin) const {
-    return switch_s[cls] + fin * (1 + ckpt_share[c]);
-  }
-};
-
 Oracle::~Oracle() = default;
 
 size_t Oracle::configurations() const { return t_->configs.size(); }
-
-Oracle::Oracle(const Scenario& s, const OracleOptions& o) : s_(s), o_(o) {
-  std::string err;
-  if (!o.IsValid(&err)) throw InputError("oracle options: " + err);
-  t_ = std::make_unique<Tables>(s, o.window_s);
-  Tables& T = *t_;
-  T.K = o.levels;
-  T.W = T.model.window_s();
-  const double u0 = T.model.StartProgress();
-  const double du = (s.target_progress - u0) / T.K;
-  if (!(du > 0)) throw InputError("oracle: the target is no progress beyond the start");
-  std::vector<double> metric(T.K);
-  for (int k = 0; k < T.K; ++k) metric[k] = T.model.MetricAt(u0 + k * du);
-
-  // Drop the batches that are never the fastest of their instances at any level (on demand, a
-  // whole window).
-  std::map<std::tuple<std::string, int, int>, std::vector<size_t>> by_hw;
-  for (size_t i = 0; i < s.candidates.size(); ++i) {
-    const Config& c = s.candidates[i];
-    by_hw[{c.type, c.nodes, c.gpus_per_node}].push_back(i);
-  }
-  std::vector<std::vector<double>> reach(s.candidates.size());  // per candidate, per level
-  ParallelFor(s.candidates.size(), o.threads, [&](size_t i) {
-    const double train = T.model.TrainSeconds(s.candidates[i], 0);
-    reach[i].resize(T.K);
-    for (int k = 0; k < T.K; ++k) {
-      double fin = -1;
-      double u = T.model.Advance(s.candidates[i], u0 + k * du, metric[k], train, &fin);
-      if (fin >= 0) u = s.target_progress + (train - fin);  // earlier finish = better
-      reach[i][k] = u;
-    }
-  });
-  std::vector<char> keep(s.candidates.size(), 0);
-  for (auto& [hw, idx] : by_hw) {
-    std::vector<double> best(T.K, -1);
-    std::vector<size_t> arg(T.K, idx[0]);
-    for (size_t i : idx)
-      for (int k = 0; k < T.K; ++k)
-        if (reach[i][k] > best[k]) best[k] = reach[i][k], arg[k] = i;
-    for (int k = 0; k < T.K; ++k) keep[arg[k]] = 1;
-  }
-  reach.clear();
-  for (size_t i = 0; i < s.candidates.size(); ++i)  // the launches (Tables::free_launch)
-    if (s.candidates[i] == s.start || FewerOfTheStartsNodes(s, s.candidates[i])) keep[i] = 1;
-
-  std::map<std::tuple<std::string, int, int, int>, int> groups;
-  for (size_t i = 0; i < s.candidates.size(); ++i) {
-    if (!keep[i]) continue;
-    const Config& base = s.candidates[i];
-    const InstanceType& it = s.catalog.types[s.catalog.Find(base.type)];
-    std::vector<Purchase> purchases{Purchase::kOnDemand};
-    if (it.has_spot()) purchases.push_back(Purchase::kSpot);
-    if (it.has_spot() && base.nodes > 1) purchases.push_back(Purchase::kAnchor);
-    for (Purchase p : purchases) {
-      Config c = base;
-      c.purchase = p;
-      if (c == s.start) T.start = static_cast<int>(T.configs.size());
-      Config spot_start = s.start;
-      spot_start.purchase = Purchase::kSpot;
-      if (c == spot_start) T.start_spot = static_cast<int>(T.configs.size());
-      T.free_launch.push_back(c == s.start || c == spot_start ||
-                              (p == Purchase::kSpot && FewerOfTheStartsNodes(s, c)));
-      const auto key = std::make_tuple(c.type, c.nodes, c.gpus_per_node, static_cast<int>(p));
-      const int g = groups.emplace(key, static_cast<int>(groups.size())).first->second;
-      T.configs.push_back(c);
-      T.group.push_back(g);
-      T.price.push_back(HourlyPrice(it, c.nodes, p));
-      T.ckpt_share.push_back(T.model.CheckpointShare(c));
-      T.spot_nodes.push_back(SpotNodes(c.nodes, p));
-    }
-  }
-  const size_t C = T.configs.size();
-  for (int cls = 0; cls < 3; ++cls) {
-    T.switch_s[cls] = cls == 0 ? 0 : cls == 1 ? s.cost.batch_switch_s : s.cost.switch_s;
-    T.next_lo[cls].assign(C * T.K, T.K);
-    T.next_hi[cls].assign(C * T.K, T.K);
-    T.next_x[cls].assign(C * T.K, static_cast<float>(T.K));
-    T.finish[cls].assign(C * T.K, -1.f);
-  }
-  ParallelFor(C * 3, o.threads, [&](size_t task) {
-    const size_t c = task / 3;
-    const int cls = static_cast<int>(task % 3);
-    const double train = T.model.TrainSeconds(T.configs[c], T.switch_s[cls]);
-    for (int k = 0; k < T.K; ++k) {
-      double fin = -1;
-      const double u = T.model.Advance(T.configs[c], u0 + k * du, metric[k], train, &fin);
-      if (fin >= 0) {
-        T.finish[cls][T.At(c, k)] = static_cast<float>(fin);
-        continue;  // next levels stay K
-      }
-      const double x = (u - u0) / du;
-      T.next_x[cls][T.At(c, k)] = static_cast<float>(std::min<double>(T.K, std::max<double>(k, x)));
-      T.next_lo[cls][T.At(c, k)] = std::min(T.K - 1, std::max(k, static_cast<int>(std::floor(x))));
-      // Rounding up never reaches K: finishing needs the model to say so.
-      T.next_hi[cls][T.At(c, k)] = std::min(T.K - 1, static_cast<int>(std::ceil(x - 1e-9)));
-    }
-  });
-  T.prune = o.prune;
-  if (T.prune) BoundCostToGo(&T);
-}
-
-// Tables::to_go. Per recursion (positions carried, rounded down, rounded up), the cost from each
-// level to the target along the cheapest path of a graph whose nodes are the levels: from level k
-// a window of any configuration and switch class either finishes (its cost) or costs a window and
-// lands on a level above k that the recursion can reach (carrying positions: any between where
-// the window takes the level's bottom and its top). The spot capacity, the horizon and the
-// configuration the job stands in are ignored, and a window that stays on level k is never on a
-// cheapest path (its options there are the same afterwards). Every schedule of a recursion is a
-// path of its graph, so none costs less.
-void Oracle::BoundCostToGo(Tables* tables) {
-  Tables& T = *tables;
-  const int K = T.K;
-  const size_t C = T.configs.size();
-  for (int cls = 0; cls < 3; ++cls) T.to_go[cls].assign(C * K, std::numeric_limits<float>::max());
-  auto& level = T.from_level;
-  for (auto& l : level) l.assign(K, kInf);
-  auto down = [](double v) {  // v as a float no larger
-    float f = static_cast<float>(std::min<double>(v, std::numeric_limits<float>::max()));
-    return static_cast<double>(f) > v ? std::nextafter(f, -std::numeric_limits<float>::max()) : f;
-  };
-  // Where a window of class cls on configuration c from level k can land, per recursion.
-  auto landing = [&](int mode, int cls, size_t at, int k, int* lo, int* hi) {
-    if (mode == 0) {  // Solver::Interpolated (never below k), widened by a rounding's worth
-      const double x0 = T.next_x[cls][at], x1 = k + 1 < K ? T.next_x[cls][at + 1] : K;
-      *lo = std::max(k, static_cast<int>(std::floor(std::min(x0, x1) - 1e-6)));
-      *hi = std::min(K - 1, static_cast<int>(std::floor(std::max(x0, x1) + 1e-6)));
-    } else {
-      *lo = *hi = (mode == 1 ? T.next_lo : T.next_hi)[cls][at];
-    }
-  };
-  auto least = [&](int mode, int lo, int hi) {
-    double v = kInf;
-    for (int b = lo; b <= hi; ++b) v = std::min(v, level[mode][b]);
-    return v;
-  };
-  for (int k = K - 1; k >= 0; --k) {
-    // The levels' bounds first (landing above k), then each option's (landing on k too).
-    for (int pass = 0; pass < 2; ++pass)
-      for (size_t c = 0; c < C; ++c) {
-        const double window_cost = T.W / 3600 * T.price[c];
-        for (int cls = 0; cls < 3; ++cls) {
-          const size_t at = T.At(c, k);
-          const float fin = T.finish[cls][at];
-          if (fin >= 0) {
-            const double cost = T.FinishSeconds(cls, c, fin) / 3600 * T.price[c];
-            if (pass == 0)
-              for (int mode = 0; mode < 3; ++mode) level[mode][k] = std::min(level[mode][k], cost);
-            else
-              T.to_go[cls][at] = down(cost);
-            continue;
-          }
-          double option = kInf;
-          for (int mode = 0; mode < 3; ++mode) {
-            int lo = 0, hi = 0;
-            landing(mode, cls, at, k, &lo, &hi);
-            // (Progress never falls; should a table say otherwise, nothing is bounded there.)
-            if (pass == 0)
-              level[mode][k] =
-                  std::min(level[mode][k],
-                           window_cost + (lo < k ? 0.0 : least(mode, std::max(lo, k + 1), hi)));
-            else
-              option = std::min(option, window_cost + (lo < k ? 0.0 : least(mode, lo, hi)));
-          }
-          if (pass == 1) T.to_go[cls][at] = down(option);
-        }
-      }
-  }
-}
 
 namespace {
 
@@ -259,19 +51,20 @@ class Solver {
     may_idle = !s.spot.empty();  // idling helps only while waiting for spot capacity
     // Spot capacity per window (min over the window's minutes), per type with a trace.
     const double offset_s = static_cast<double>(seed) * s.spot_offset_s;
-    for (const auto& [type, trace] : s.spot) {
-      std::vector<int>& a = avail_[type];
-      a.resize(H);
-      for (int j = 0; j < H; ++j) {
-        int lo = 1 << 20;
-        for (double t = j * T.W; t < (j + 1) * T.W - 1e-9; t += kChunkS)
-          lo = std::min(lo, trace.Available(t, 1 << 20, s.spot_reading, offset_s));
-        a[j] = lo;
+    for (const auto& [type, market] : s.spot)
+      for (size_t z = 0; z < market.zones(); ++z) {
+        std::vector<int>& a = avail_[{type, static_cast<int>(z)}];
+        a.resize(H);
+        for (int j = 0; j < H; ++j) {
+          int lo = 1 << 20;
+          for (double t = j * T.W; t < (j + 1) * T.W - 1e-9; t += kChunkS)
+            lo = std::min(lo, market.zone(z).Available(t, 1 << 20, s.spot_reading, offset_s));
+          a[j] = lo;
+        }
       }
-    }
     avail_of_.resize(C, nullptr);
     for (size_t c = 0; c < C; ++c) {
-      auto it = avail_.find(T.configs[c].type);
+      auto it = avail_.find({T.configs[c].type, T.zone[c]});
       if (T.spot_nodes[c] > 0 && it != avail_.end()) avail_of_[c] = &it->second;
     }
     // This seed's free launches (Tables::free_launch): fewer of the start's nodes only when the
@@ -327,7 +120,7 @@ class Solver {
     // Per row of V (and N): the levels outside [lo, hi] hold no state (empty: lo > hi).
     std::vector<int> v_lo(C + 1, K), v_hi(C + 1, -1), n_lo(C + 1, K), n_hi(C + 1, -1);
     for (size_t c = 0; c < C; ++c)
-      if (free_launch_[c]) V[T.At(c, 0)] = 0, v_lo[c] = v_hi[c] = 0;
+      if (free_launch_[c]) V[c * K] = 0, v_lo[c] = v_hi[c] = 0;
     std::vector<double> any(K), grp;
     std::vector<int32_t> any_at(K), grp_at;
     std::vector<int> live;
@@ -477,6 +270,16 @@ class Solver {
     return false;
   }
 
+  // Configuration c as the schedule names it: with the zone of its spot nodes where its type is
+  // sold in several.
+  std::string Name(size_t c) const {
+    std::string name = T.configs[c].ToString();
+    const auto market = s.spot.find(T.configs[c].type);
+    if (T.zone[c] >= 0 && market != s.spot.end() && market->second.zones() > 1)
+      name += " in " + market->second.zone_name(static_cast<size_t>(T.zone[c]));
+    return name;
+  }
+
   // The switch class of running configuration c first: none for a free launch (free_launch_),
   // a batch switch on the instances of one, else a switch.
   int LaunchClass(size_t c) const { return launch_class_[c]; }
@@ -568,8 +371,8 @@ class Solver {
       if (!text) continue;
       const int32_t c = per_window[j];
       std::ostringstream line;
-      line << std::fixed << std::setprecision(2) << j * T.W / 3600 << " h: "
-           << (c == static_cast<int32_t>(C) ? std::string("idle") : T.configs[c].ToString());
+      line << std::fixed << std::setprecision(2) << j * T.W / 3600
+           << " h: " << (c == static_cast<int32_t>(C) ? std::string("idle") : Name(c));
       r.schedule.push_back(line.str());
     }
   }
@@ -583,14 +386,14 @@ class Solver {
   void BestFixed(OracleResult* out) const {
     OracleResult& r = *out;
     r.fixed_cost = kInf;
-    auto consider = [&](double cost, double time, const Config& c) {
+    auto consider = [&](double cost, double time, const std::string& name) {
       if (time > horizon_s + 1e-6 || cost > budget) return;
       const bool better = time_goal ? (r.fixed_cost == kInf || time < r.fixed_makespan_h * 3600)
                                     : cost < r.fixed_cost;
       if (!better) return;
       r.fixed_cost = cost;
       r.fixed_makespan_h = time / 3600;
-      r.fixed_config = c.ToString();
+      r.fixed_config = name;
     };
     Config spot_start = s.start;
     spot_start.purchase = Purchase::kSpot;
@@ -610,7 +413,7 @@ class Solver {
         T.model.Advance(c, T.model.StartProgress(), 1e15, &fin);
         if (fin < 0) continue;
         const double secs = sw + fin * (1 + T.model.CheckpointShare(c));
-        consider(secs / 3600 * HourlyPrice(it, c.nodes, p), secs, c);
+        consider(secs / 3600 * HourlyPrice(it, c.nodes, p), secs, c.ToString());
       }
     }
     for (size_t c = 0; c < C; ++c) {
@@ -671,7 +474,7 @@ class Solver {
             *std::min_element(idle_v.begin(), idle_v.begin() + top + 1) >= best)
           break;
       }
-      if (best < kInf) consider(best, best_t, T.configs[c]);
+      if (best < kInf) consider(best, best_t, Name(c));
     }
     // The same configurations run whenever the trace lets them, followed with the exact progress:
     // the soonest finish, and often the cheapest (the recursion above rounds progress down, but
@@ -682,7 +485,7 @@ class Solver {
       std::vector<int32_t> per_window(H);
       for (int j = 0; j < H; ++j) per_window[j] = Allowed(c, j) ? cfg : static_cast<int32_t>(C);
       double cost = 0, time = 0;
-      if (Follow(per_window, &cost, &time)) consider(cost, time, T.configs[c]);
+      if (Follow(per_window, &cost, &time)) consider(cost, time, Name(c));
     }
     if (r.fixed_cost == kInf) r.fixed_cost = 0;
   }
@@ -695,7 +498,7 @@ class Solver {
   int H = 0;
   double horizon_s = 0, budget = kInf;
   bool time_goal = false, may_idle = false;
-  std::map<std::string, std::vector<int>> avail_;
+  std::map<std::pair<std::string, int>, std::vector<int>> avail_;  // per type and zone
   std::vector<const std::vector<int>*> avail_of_;  // per configuration: its spot capacity trace
   std::vector<char> free_launch_;  // per configuration: launched without a switch (this seed)
   std::vector<int> launch_class_;  // per configuration: the switch class of running it first

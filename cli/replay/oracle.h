@@ -1,7 +1,7 @@
 // The hindsight-optimal oracle of the replay: dynamic programming over decision windows ×
-// progress levels × configurations (type, nodes, GPUs per node, batch, purchase), with the spot
-// capacity of the whole run known in advance. It minimises cost subject to the deadline (or time
-// subject to the budget, for the time goal) under the replay's truth: measured step times, the
+// progress levels × configurations (type, nodes, GPUs per node, batch, purchase, zone), with the
+// spot capacity of the whole run known in advance. It minimises cost subject to the deadline (or
+// time subject to the budget, for the time goal) under the replay's truth: measured step times, the
 // measured steps to the target (or the noise trace's progress) and the spot traces.
 //
 // The model and its discretisation (what a policy could do that the oracle cannot, or the reverse):
@@ -14,9 +14,11 @@
 //   of the catalog's rate), paid, and also inside the window.
 // - Spot (and the spot workers of an anchor cluster) of a type with a capacity trace is chosen only
 //   for windows in which the trace has the capacity for the whole window: hindsight dodges every
-//   revocation. Types without a trace are never revoked (catalog rates are ~1e-4/h: in the oracle's
-//   favour). Where capacity traces exist the oracle may also idle (pay nothing, make no progress);
-//   coming back costs switch_s once the job has run.
+//   revocation. A type sold in several zones has each spot configuration once per zone, on that
+//   zone's trace; moving to another zone is a switch to other hardware (a relaunch). Types without
+//   a trace are never revoked (catalog rates are ~1e-4/h: in the oracle's favour). Where capacity
+//   traces exist the oracle may also idle (pay nothing, make no progress); coming back costs
+//   switch_s once the job has run.
 // - Progress (B0-steps) is kept on `levels` equally spaced levels. The schedule the oracle reports
 //   comes from a recursion in which each state carries the exact position (between levels) of the
 //   schedule that reached it; a window's progress from there is interpolated between the tables of
@@ -142,7 +144,7 @@ class Oracle {
   // fixed_* are left empty (their search is a recursion per configuration over the whole horizon).
   OracleResult Solve(uint64_t seed, double horizon_h = 0, double give_up = 0,
                      bool best_fixed = true) const;
-  // Configurations kept after dropping the dominated batches (purchases included).
+  // Configurations kept after dropping the dominated batches (purchases and zones included).
   size_t configurations() const;
   const OracleOptions& options() const { return o_; }
   // The same oracle at twice the progress levels, built on first use and kept (thread-safe).

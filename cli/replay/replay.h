@@ -58,14 +58,13 @@
 // paying only its on-demand anchor, until the capacity is back. A type with traces of several
 // zones (SpotMarket) offers a request the zone with the most nodes; a cluster holds its nodes in
 // the zone it launched in, and where that zone loses them and another has them it relaunches there
-// (restart_s; Decision::zone_failover), else waits. The oracle's model counts a type's capacity as
-// its best zone's, moving between zones for free: a bound no policy can beat. A job that waits is
-// not running: a
-// window it spends waiting measures nothing (no step time, no gradient statistics), and a window
-// that measures (or follows a switch) starts when it runs, the policy being asked again after a
-// decision interval of waiting (after each minute of it for a policy that decides again on a
-// revocation notice: Decision::redecide_on_revocation). Types without a trace keep the catalog's
-// revocation rate. Revocations: a spot/anchor cluster is revoked when its cumulative
+// (restart_s; Decision::zone_failover), else waits. The oracle has a spot configuration in each
+// zone, on that zone's capacity, and pays a relaunch to move between them. A job that waits is
+// not running: a window it spends waiting measures nothing (no step time, no gradient statistics),
+// and a window that measures (or follows a switch) starts when it runs, the policy being asked
+// again after a decision interval of waiting (after each minute of it for a policy that decides
+// again on a revocation notice: Decision::redecide_on_revocation). Types without a trace keep the
+// catalog's revocation rate. Revocations: a spot/anchor cluster is revoked when its cumulative
 // hazard (catalog rate × nodes × training time) crosses the next Exp(1) threshold; the thresholds
 // depend on the seed only, so all policies face the same revocation luck (common random numbers). A
 // revocation rolls back to the last checkpoint (every Young/Daly interval of the running

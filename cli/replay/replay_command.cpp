@@ -350,22 +350,17 @@ void RegisterReplayCommand(CLI::App& app) {
           }
         }
         jr["runs"].push_back(run);
-        // Its model counts a type's spot capacity as its best zone's: its moves between zones are
-        // free, which no job's are.
-        const bool zones = std::any_of(s.spot.begin(), s.spot.end(),
-                                       [](const auto& m) { return m.second.zones() > 1; });
-        const char* free_moves = zones ? ", its moves between zones free" : "";
         if (oracle > 0 && !time_goal)
           os << "oracle: a schedule it can follow costs $" << std::setprecision(2) << oracle
              << "; no schedule of its model costs less than $" << oracle_lower << " (gap "
              << std::setprecision(1) << 100 * (oracle / std::max(1e-12, oracle_lower) - 1) << "%, "
-             << oracle_levels << " progress levels" << free_moves << ")\n";
+             << oracle_levels << " progress levels)\n";
         if (oracle > 0 && time_goal)
           os << "oracle: a schedule it can follow takes " << std::setprecision(2) << oracle_h
              << " h ($" << oracle << "); no schedule of its model within the budget finishes "
              << "sooner than " << oracle_lower_h << " h (gap " << std::setprecision(1)
              << 100 * (oracle_h / std::max(1e-12, oracle_lower_h) - 1) << "%, " << oracle_levels
-             << " progress levels" << free_moves << ")\n";
+             << " progress levels)\n";
         for (auto& r : res)
           if (pa->schedules || r.policy == "oracle" || r.policy == "hindsight-fixed")
             for (const auto& line : r.schedule) os << "  " << r.policy << " from " << line << "\n";

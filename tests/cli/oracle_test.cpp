@@ -69,48 +69,50 @@ struct Best {
   double cost = kInf, time = kInf;
 };
 
-// Every schedule of `windows` windows over every configuration (all purchases) and idling, in the
-// oracle's window model with exact progress: the optimum the oracle approximates. A job that has
-// waited since time 0 launches as from the start (the start itself, on demand or spot, or on spot
-// on fewer of its nodes, for free, when the market has fewer than the start's at time 0).
+// Every schedule of `windows` windows over every configuration (all purchases; spot nodes in each
+// zone of the market) and idling, in the oracle's window model with exact progress: the optimum
+// the oracle approximates. A job that has waited since time 0 launches as from the start (the
+// start itself, on demand or spot, or on spot on fewer of its nodes, for free, when the market has
+// fewer than the start's at time 0), in any zone. Moving between zones is a relaunch.
 Best BruteForce(const Scenario& s, int windows) {
   const WindowModel model(s, 0);
   const double W = model.window_s();
+  const SpotMarket& trace = s.spot.at("g4dn.12xlarge");
   std::vector<Config> all;
+  std::vector<int> zone;  // of all[i]'s spot nodes (-1: on demand)
   for (const Config& c : s.candidates)
     for (Purchase p : {Purchase::kOnDemand, Purchase::kSpot, Purchase::kAnchor}) {
       if (p == Purchase::kAnchor && c.nodes < 2) continue;
       Config x = c;
       x.purchase = p;
-      all.push_back(x);
+      for (int z = p == Purchase::kOnDemand ? -1 : 0;
+           z < (p == Purchase::kOnDemand ? 0 : static_cast<int>(trace.zones())); ++z) {
+        all.push_back(x);
+        zone.push_back(z);
+      }
     }
   const int idle = static_cast<int>(all.size());
-  int start_od = -1, start_spot = -1;  // the start, launched on demand or on spot
-  for (int i = 0; i < idle; ++i) {
-    Config x = s.start;
-    x.purchase = all[i].purchase;
-    if (!(all[i] == x)) continue;
-    if (x.purchase == Purchase::kOnDemand) start_od = i;
-    if (x.purchase == Purchase::kSpot) start_spot = i;
-  }
-  // Launched free: the start on demand or on spot, or on spot on fewer of its nodes (elastic)
-  // when the market has fewer than the start's at time 0.
-  const SpotMarket& trace = s.spot.at("g4dn.12xlarge");
+  // Launched free: the start on demand or on spot (in any zone), or on spot on fewer of its nodes
+  // (elastic) when the market has fewer than the start's at time 0.
   const bool short_at_start = trace.Available(0, 1 << 20, SpotReading::kCount, 0) < s.start.nodes;
   std::vector<char> free(idle, 0);
   for (int i = 0; i < idle; ++i) {
+    Config start = s.start;
+    start.purchase = all[i].purchase;
     Config elastic = s.start;
     elastic.purchase = Purchase::kSpot;
     elastic.nodes = all[i].nodes;
-    free[i] = i == start_od || i == start_spot ||
+    free[i] = (all[i] == start && start.purchase != Purchase::kAnchor) ||
               (all[i] == elastic && elastic.nodes < s.start.nodes && short_at_start);
   }
-  auto capacity_ok = [&](const Config& c, int j) {
+  auto capacity_ok = [&](int i, int j) {
+    const Config& c = all[i];
     const int need = c.purchase == Purchase::kSpot     ? c.nodes
                      : c.purchase == Purchase::kAnchor ? c.nodes - 1
                                                        : 0;
+    if (need == 0) return true;
     for (double t = j * W; t < (j + 1) * W; t += 60)
-      if (trace.Available(t, 1 << 20, SpotReading::kCount, 0) < need) return false;
+      if (trace.zone(zone[i]).Available(t, 1 << 20, SpotReading::kCount, 0) < need) return false;
     return true;
   };
   Best best;
@@ -124,11 +126,10 @@ Best BruteForce(const Scenario& s, int windows) {
         continue;
       }
       const Config& cfg = all[c];
-      if (!capacity_ok(cfg, j)) continue;
+      if (!capacity_ok(c, j)) continue;
       const bool start = !launched && free[c];
-      const double sw = prev == c || start                            ? 0
-                        : prev != idle && all[prev].SameHardware(cfg) ? s.cost.batch_switch_s
-                                                                      : s.cost.switch_s;
+      const bool same_hw = prev != idle && all[prev].SameHardware(cfg) && zone[prev] == zone[c];
+      const double sw = prev == c || start ? 0 : same_hw ? s.cost.batch_switch_s : s.cost.switch_s;
       const InstanceType& t = s.catalog.types[s.catalog.Find(cfg.type)];
       const double price = HourlyPrice(t, cfg.nodes, cfg.purchase);
       double fin = -1;
@@ -202,6 +203,57 @@ TEST(Oracle, MatchesBruteForceOnATinyJob) {
   const OracleResult without = Oracle(up, o).Solve(0), with = Oracle(s, o).Solve(0);
   EXPECT_NEAR(without.cost, with.cost, 1e-9);
   EXPECT_NEAR(with.makespan_h, without.makespan_h + s.decision_interval_s / 3600, 1e-9);
+}
+
+// Tiny, with its type's spot capacity in two zones: "a" has the nodes in the first window only,
+// "b" from the second window on. Together they have them throughout.
+Scenario TinyInTwoZones() {
+  Scenario s = Tiny();
+  s.spot.erase("g4dn.12xlarge");
+  const auto trace = [](const std::string& data, const std::string& name) {
+    return SpotTrace::Parse(R"({"metadata": {"gap_seconds": 600}, "data": [)" + data + "]}", name);
+  };
+  SpotMarket market;
+  market.AddZone("a", trace("2, 0, 0, 0, 0, 0", "a"));
+  market.AddZone("b", trace("0, 2, 2, 2, 2, 2", "b"));
+  s.spot.emplace("g4dn.12xlarge", market);
+  return s;
+}
+
+// Zones are part of the oracle's configurations: a spot cluster runs on its own zone's capacity,
+// and moving to another zone is a relaunch. It agrees with the brute force that charges it, and
+// within a deadline of two windows it costs more than on one zone that has the nodes throughout
+// (a move between zones was once free: the type's capacity was its best zone's).
+TEST(Oracle, PaysARelaunchToMoveBetweenZones) {
+  const Scenario s = TinyInTwoZones();
+  Scenario one = Tiny();
+  one.spot.erase("g4dn.12xlarge");
+  one.spot.emplace("g4dn.12xlarge", SpotTrace::Parse(R"({"metadata": {"gap_seconds": 600},
+                                                         "data": [2, 2, 2, 2, 2, 2]})",
+                                                     "throughout"));
+  for (int windows : {2, 3, 4}) {
+    OracleOptions o;
+    o.horizon_h = windows * s.decision_interval_s / 3600;
+    o.schedule = true;
+    const OracleResult r = Oracle(s, o).Solve(0);
+    const Best bf = BruteForce(s, windows);
+    ASSERT_LT(bf.cost, kInf) << windows;
+    ASSERT_TRUE(r.finished) << windows;
+    EXPECT_LE(r.cost_lower, bf.cost * (1 + 1e-9)) << windows;
+    EXPECT_GE(r.cost, bf.cost * (1 - 1e-9)) << windows;
+    EXPECT_LT(r.cost, r.cost_lower * 1.02) << windows;
+    const OracleResult together = Oracle(one, o).Solve(0);
+    ASSERT_TRUE(together.finished);
+    if (windows == 2) {
+      EXPECT_GT(r.cost, together.cost * 1.05) << "the move from a to b is a relaunch";
+      std::string text;
+      for (const auto& line : r.schedule) text += line + "\n";
+      EXPECT_NE(text.find(" in b"), std::string::npos) << text;
+    } else {
+      // With room to wait, the job idles through the first window and launches in b for free.
+      EXPECT_NEAR(r.cost, together.cost, 1e-9) << windows;
+    }
+  }
 }
 
 // The seconds and the cost of running `c` alone from the start to the target (the oracle's model).
