@@ -23,7 +23,8 @@ three sets of the same scenarios with every other trace of the collection in the
                traces. Beside zones/ and
                preemption/, which hold the same scenarios on each zone alone, they measure what
                failing over between zones is worth.
-The scenarios keep their reading ("count" or "zero-is-up"), jobs, objectives and seeds; paths are
+A shipped scenario whose type is already sold in several zones is left out (it is the multizone
+variant of a one-zone scenario). The scenarios keep their reading ("count" or "zero-is-up"), jobs, objectives and seeds; paths are
 written absolute, so the variants replay from anywhere. Only the standard library is used.
 """
 import argparse
@@ -84,6 +85,8 @@ def main():
         spot = scenario.get("spot")
         if not spot or not spot.get("traces"):
             continue
+        if any(isinstance(t, dict) for t in spot["traces"].values()):
+            continue  # already a type sold in several zones: the variants of its one-zone twin
         types = list(spot["traces"])
         used = {os.path.realpath(p) for p in spot["traces"].values()}
         one_node = all("/1-node/" in p for p in spot["traces"].values())

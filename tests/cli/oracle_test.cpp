@@ -533,12 +533,13 @@ TEST(Oracle, TablesDoNotDependOnTheThreads) {
 
 // Skipping the states that cannot beat the best finish changes nothing but the time: the cost goal
 // with and without spot traces, a deadline, the time goal within a budget, and the brute force's
-// tiny job. (Under the cost goal the lower bound's recursion prunes against the schedule's cost
+// tiny job, also on two zones. (Under the cost goal the lower bound's recursion prunes against the schedule's cost
 // from its first window: its cost_lower and makespan_lower_h are checked here too.)
 TEST(Oracle, PruningLeavesTheOptimumAndItsScheduleAsTheyAre) {
   std::vector<std::pair<Scenario, double>> cases;  // scenario, horizon (h)
   const Scenario tiny = Tiny();
   cases.push_back({tiny, 1.0});
+  cases.push_back({TinyInTwoZones(), 1.0 / 3});  // a move between zones, paid
   if (::cloudtune::test::HaveSharedData()) {
     const std::string dir = std::string(CLOUDTUNE_SOURCE_DIR) + "/data/scenarios/";
     for (const char* name :
