@@ -533,8 +533,8 @@ TEST(Oracle, TablesDoNotDependOnTheThreads) {
 
 // Skipping the states that cannot beat the best finish changes nothing but the time: the cost goal
 // with and without spot traces, a deadline, the time goal within a budget, and the brute force's
-// tiny job, also on two zones. (Under the cost goal the lower bound's recursion prunes against the schedule's cost
-// from its first window: its cost_lower and makespan_lower_h are checked here too.)
+// tiny job, also on two zones. (Under the cost goal the lower bound's recursion prunes against the
+// schedule's cost from its first window: its cost_lower and makespan_lower_h are checked here too.)
 TEST(Oracle, PruningLeavesTheOptimumAndItsScheduleAsTheyAre) {
   std::vector<std::pair<Scenario, double>> cases;  // scenario, horizon (h)
   const Scenario tiny = Tiny();
