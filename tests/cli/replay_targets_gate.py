@@ -18,16 +18,26 @@ import subprocess
 import sys
 
 
+def named_files(s):
+    """The data files a scenario names: step-time traces, validation runs, noise, spot capacity."""
+    for t in s.get("traces", []):
+        yield from t.get("csv", [])
+    yield from s.get("validation", {}).values()
+    if "validation_csv" in s.get("noise", {}):
+        yield s["noise"]["validation_csv"]
+    for market in s.get("spot", {}).get("traces", {}).values():
+        yield from (market.values() if isinstance(market, dict) else [market])
+
+
 def shared_data_present(scenarios):
-    """Whether every trace file the scenarios name (relative to the scenario file) exists."""
+    """Whether every data file the scenarios name (relative to the scenario file) exists."""
     for path in scenarios:
         with open(path) as f:
             s = json.load(f)
         base = os.path.dirname(os.path.abspath(path))
-        for t in s.get("traces", []):
-            for csv in t.get("csv", []):
-                if not os.path.exists(os.path.join(base, csv)):
-                    return False
+        for name in named_files(s):
+            if isinstance(name, str) and not os.path.exists(os.path.join(base, name)):
+                return False
     return True
 
 
