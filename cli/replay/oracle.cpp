@@ -7,12 +7,9 @@
 #include <map>
 #include <set>
 #include <sstream>
-#include <tuple>
 
 #include "cli/replay/oracle_tables.h"
-#include "cli/replay/parallel.h"
 #include "estimator/core/error.h"
-#include "estimator/efficiency.h"
 #include "search/cost.h"
 
 namespace cloudtune::replay {
