@@ -16,6 +16,10 @@ echo "== steps forecast along progress (a run observed part of its way)"
 python3 scripts/steps_forecast.py --cli $B/cloudtune ../shared/data/traces/pollux-t4/{cifar10,imagenet,bert,ncf}
 echo "== replay"
 $B/cloudtune replay data/scenarios/*.json
+echo "== replay sets (docs/results.md, Where things stand; about 20 minutes on 2 cores)"
+R="${REPLAY_SETS_DIR:-$(mktemp -d)}"
+python3 scripts/replay_sets.py "$R" --cli $B/cloudtune
+python3 scripts/replay_sets.py "$R" --cli $B/cloudtune --held-out
 echo "== benchmarks"
 $B/bench_fit --benchmark_min_time=0.5
 $B/bench_fit_memory

@@ -103,7 +103,8 @@ def row(name, report, seconds, seeds):
     med, p90 = s.get("cloudtune_cost_vs_oracle_median"), s.get("cloudtune_cost_vs_oracle_p90")
     ok = lambda v, limit: not (isinstance(v, (int, float)) and v > limit)
     misses = s.get("cloudtune_missed_where_oracle_met", 0)
-    od, sp = s.get("cloudtune_saving_vs_fixed_median"), s.get("cloudtune_saving_vs_fixed_spot_median")
+    od = s.get("cloudtune_saving_vs_fixed_median")
+    sp = s.get("cloudtune_saving_vs_fixed_spot_median")
     pct = lambda v: "%.1f" % (100 * v) if isinstance(v, (int, float)) and math.isfinite(v) else "—"
     label = "%s (%d%s)" % (name, len(report["runs"]),
                            "" if seeds is None else "; seeds %d–%d" % (seeds[0], seeds[-1]))
@@ -124,7 +125,8 @@ def main():
     ap.add_argument("--scenarios", default=os.path.join(HERE, "..", "data", "scenarios"))
     ap.add_argument("--held-out", action="store_true",
                     help="the seeds the policy was not developed on")
-    ap.add_argument("--sets", default=",".join(SETS), help="comma-separated, of: " + ", ".join(SETS))
+    ap.add_argument("--sets", default=",".join(SETS),
+                    help="comma-separated, of: " + ", ".join(SETS))
     ap.add_argument("--reuse", action="store_true", help="keep a set's JSON already in OUT_DIR")
     a = ap.parse_args()
     a.scenarios, a.out_dir = os.path.abspath(a.scenarios), os.path.abspath(a.out_dir)
