@@ -12,7 +12,10 @@ stand") in Markdown. The sets:
   zones, preemption, multizone
               spot_trace_variants.py: the shipped spot scenarios on the collection's other traces;
   other       other_jobs_scenarios.py: other jobs over the three GPU types and other starts (the
-              script replays the cost scenarios once to set their deadlines and budgets).
+              script replays the cost scenarios once to set their deadlines and budgets);
+  other-gpu-figures
+              the same with the two Sia GPUs' datasheet figures given (--gpu-figures), as a user
+              of those nodes would give them; the same deadlines and budgets.
 --held-out replays the seeds the policy was not developed on instead: shipped and deadline 21-40,
 the others 6-10. --reuse keeps a set's JSON when it is already in OUT_DIR (to print the table
 again). Only the standard library is used.
@@ -38,7 +41,7 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SETS = ["shipped", "deadline", "zones", "preemption", "multizone", "other"]
+SETS = ["shipped", "deadline", "zones", "preemption", "multizone", "other", "other-gpu-figures"]
 
 
 def scenario_files(a, name):
@@ -57,10 +60,10 @@ def scenario_files(a, name):
                  "--scenarios", a.scenarios])
         files = sorted(glob.glob(os.path.join(out, name, "*.json")))
     else:
-        out = os.path.join(a.out_dir, "other")
+        out = os.path.join(a.out_dir, name)
         if not os.path.isdir(os.path.join(out, "models")):
             run([sys.executable, os.path.join(HERE, "other_jobs_scenarios.py"), out, "--cli", a.cli,
-                 "--scenarios", a.scenarios])
+                 "--scenarios", a.scenarios] + (["--gpu-figures"] if name != "other" else []))
         files = sorted(glob.glob(os.path.join(out, "models", "*.json")) +
                        glob.glob(os.path.join(out, "starts", "*.json")))
     return files, list(range(6, 11)) if held else None
