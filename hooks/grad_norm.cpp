@@ -13,7 +13,7 @@ constexpr size_t kLanes = 16;    // independent float accumulators: lets the com
 constexpr size_t kBlock = 4096;  // floats summed in float before folding into double
 // Floats ahead of the loads that a software prefetch asks for (1 KiB, 16 cache lines): where the
 // hardware prefetcher lags one thread's stream (the development VM), the read-only passes run
-// about 15 % faster with it (bench_overhead: 45 -> 53 % of memcpy's read+write bandwidth).
+// about 15 % faster with it (bench_overhead: 45-46 -> 52 % of memcpy's read+write bandwidth).
 constexpr size_t kAhead = 256;
 
 bool FastPath(const at::Tensor& t) {
