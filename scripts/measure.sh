@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Re-measures the quality and speed figures reported in docs/results.md, from the repo root, with
 # the binaries in build/ (run scripts/build.sh first). Writes everything to stdout.
+# REPLAY_SETS_DIR: where scripts/replay_sets.py writes the replay sets (default: a new temp dir).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 B=build/bin

@@ -24,9 +24,9 @@ Columns: cloudtune's cost / the hindsight oracle's, median and p90, over the run
 goal; runs where cloudtune missed a deadline or budget that the oracle met; cloudtune's median
 saving against fixed on demand and against fixed spot with restarts (over the runs fixed spot
 finished); the oracle's own median saving against fixed spot over the same runs (what the set
-leaves to win); cloudtune's cost / Uniform Progress's on
-the deadline runs with the same outcome; under the time goal within a budget, cloudtune's
-makespan / the oracle's (median); the replay's wall time. Figures in bold miss a target (cost /
+leaves to win); cloudtune's cost / Uniform Progress's on the deadline runs with the same outcome;
+under the time goal within a budget, cloudtune's makespan / the oracle's (median); the replay's
+wall time. Figures in bold miss a target (cost /
 oracle: median <= 1.10, p90 <= 1.25; no miss where the oracle met; saving >= 60 % against on
 demand and >= 25 % against fixed spot).
 """
@@ -93,32 +93,33 @@ def oracle_saving_vs_fixed_spot(report):
     return statistics.median(v) if v else math.nan
 
 
+def fmt(v, scale=1.0, digits=3):
+    """A figure, or "—" where the replay has none (null, NaN, infinite)."""
+    ok = isinstance(v, (int, float)) and math.isfinite(v)
+    return "%.*f" % (digits, scale * v) if ok else "—"
+
+
+def cell(v, missed, scale=1.0, digits=3):
+    """The figure in bold when `missed(v)` (a number that misses its target)."""
+    text = fmt(v, scale, digits)
+    return "**%s**" % text if isinstance(v, (int, float)) and missed(v) else text
+
+
 def row(name, report, seconds, seeds):
     s = report["summary"]
-
-    def bold(text, missed):
-        return "**%s**" % text if missed else text
-
-    def num(key, fmt="%.3f"):
-        v = s.get(key)
-        return fmt % v if isinstance(v, (int, float)) and math.isfinite(v) else "—"
-
-    med, p90 = s.get("cloudtune_cost_vs_oracle_median"), s.get("cloudtune_cost_vs_oracle_p90")
-    ok = lambda v, limit: not (isinstance(v, (int, float)) and v > limit)
-    misses = s.get("cloudtune_missed_where_oracle_met", 0)
-    od = s.get("cloudtune_saving_vs_fixed_median")
-    sp = s.get("cloudtune_saving_vs_fixed_spot_median")
-    pct = lambda v: "%.1f" % (100 * v) if isinstance(v, (int, float)) and math.isfinite(v) else "—"
     label = "%s (%d%s)" % (name, len(report["runs"]),
                            "" if seeds is None else "; seeds %d–%d" % (seeds[0], seeds[-1]))
-    took = "%.0f s" % seconds if math.isfinite(seconds) else "—"
     return "| %s | %s / %s | %s | %s / %s %% | %s %% | %s | %s | %s |" % (
-        label, bold(num("cloudtune_cost_vs_oracle_median"), not ok(med, 1.10)),
-        bold(num("cloudtune_cost_vs_oracle_p90"), not ok(p90, 1.25)), bold(misses, misses > 0),
-        bold(pct(od), isinstance(od, float) and od < 0.60),
-        bold(pct(sp), isinstance(sp, float) and sp < 0.25),
-        pct(oracle_saving_vs_fixed_spot(report)), num("cloudtune_cost_vs_uniform_progress_median"),
-        num("cloudtune_makespan_vs_oracle_time_goal_median"), took)
+        label,
+        cell(s.get("cloudtune_cost_vs_oracle_median"), lambda v: v > 1.10),
+        cell(s.get("cloudtune_cost_vs_oracle_p90"), lambda v: v > 1.25),
+        cell(s.get("cloudtune_missed_where_oracle_met", 0), lambda v: v > 0, digits=0),
+        cell(s.get("cloudtune_saving_vs_fixed_median"), lambda v: v < 0.60, 100, 1),
+        cell(s.get("cloudtune_saving_vs_fixed_spot_median"), lambda v: v < 0.25, 100, 1),
+        fmt(oracle_saving_vs_fixed_spot(report), 100, 1),
+        fmt(s.get("cloudtune_cost_vs_uniform_progress_median")),
+        fmt(s.get("cloudtune_makespan_vs_oracle_time_goal_median")),
+        fmt(seconds, digits=0) + " s" if math.isfinite(seconds) else "—")
 
 
 def main():
