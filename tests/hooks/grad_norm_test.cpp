@@ -19,6 +19,13 @@ TEST(GradNorm, KernelMatchesReferenceOnOddSizes) {
     at::Tensor t = at::randn({n});
     EXPECT_NEAR(SumSquares(t.data_ptr<float>(), n), Reference({t}), 1e-6 * (1 + Reference({t})))
         << n;
+    // The fused pass over the same sizes: both sums, the tails short of the prefetch included.
+    at::Tensor u = at::randn({n});
+    double sqr = 0, dot = 0;
+    SumSquaresAndDot(t.data_ptr<float>(), u.data_ptr<float>(), n, &sqr, &dot);
+    const double ref_dot = (t.to(at::kDouble) * u.to(at::kDouble)).sum().item<double>();
+    EXPECT_NEAR(sqr, Reference({t}), 1e-6 * (1 + Reference({t}))) << n;
+    EXPECT_NEAR(dot, ref_dot, 1e-6 * (1 + Reference({t, u}))) << n;
   }
 }
 
